@@ -1,0 +1,114 @@
+"""The classifier against exceptions produced by huggingface_hub's own error mapping.
+
+Each case builds the HTTP answer the real Hub gives (status, X-Error-Code,
+message) and lets huggingface_hub.utils.hf_raise_for_status raise what it
+raises in production; only then is the verdict checked.
+"""
+
+import httpx2
+import pytest
+from huggingface_hub.utils import hf_raise_for_status
+
+from ansible_collections.ct200.deploy.plugins.module_utils import hf_errors
+
+URL = "http://127.0.0.1:9/api/models/z-lab/Kimi-K2.6-DFlash/auth-check"
+
+
+def hub_error(status, code=None, message=None, url=URL, headers=None):
+    h = dict(headers or {})
+    if code:
+        h["X-Error-Code"] = code
+    if message:
+        h["X-Error-Message"] = message
+    resp = httpx2.Response(status, headers=h, json={"error": message} if message else None,
+                           request=httpx2.Request("GET", url))
+    with pytest.raises(Exception) as err:
+        hf_raise_for_status(resp)
+    return err.value
+
+
+def ctx(**kw):
+    base = dict(repo_id="z-lab/Kimi-K2.6-DFlash", endpoint="https://huggingface.co", token_sent=True,
+                user="alice", token_fingerprint="sha256:0123456789ab", token_source="file:/root/.cache/huggingface/token")
+    base.update(kw)
+    return hf_errors.Context(**base)
+
+
+def test_no_token_sent_is_no_token_not_an_approval_problem():
+    exc = hub_error(401, "GatedRepo", "Access to model z-lab/Kimi-K2.6-DFlash is restricted. You must have access "
+                    "to it and be authenticated to access it. Please log in.")
+    v = hf_errors.classify(exc, ctx(token_sent=False, user=None))
+    assert v.code == "no_token" and v.status == 401
+    assert "become" in v.fix and "hf_token" in v.fix
+
+
+def test_never_requested():
+    exc = hub_error(403, "GatedRepo", "Access to model z-lab/Kimi-K2.6-DFlash is restricted and you are not in the "
+                    "authorized list. Visit https://huggingface.co/z-lab/Kimi-K2.6-DFlash to ask for access.")
+    v = hf_errors.classify(exc, ctx())
+    assert v.code == "not_requested"
+    assert "alice must request access in a browser at https://huggingface.co/z-lab/Kimi-K2.6-DFlash" in v.fix
+
+
+def test_pending():
+    exc = hub_error(403, "GatedRepo", "Your request to access model z-lab/Kimi-K2.6-DFlash is awaiting a review "
+                    "from the repo authors.")
+    v = hf_errors.classify(exc, ctx())
+    assert v.code == "pending" and "settings/gated-repos" in v.fix
+
+
+def test_fine_grained_without_scope_decided_by_whoami_even_with_a_generic_message():
+    exc = hub_error(403, "GatedRepo", "Access to model z-lab/Kimi-K2.6-DFlash is restricted and you are not in the "
+                    "authorized list.")
+    v = hf_errors.classify(exc, ctx(token_role="fineGrained", can_read_gated=False, token_name="ci"))
+    assert v.code == "token_lacks_gated_scope"
+    assert "canReadGatedRepos=true" in v.fix and "'ci'" in v.fix
+
+
+def test_invalid_token_is_a_plain_401_without_error_code():
+    exc = hub_error(401, None, "Invalid credentials in Authorization header")
+    assert type(exc).__name__ == "HfHubHTTPError"
+    v = hf_errors.classify(exc, ctx())
+    assert v.code == "invalid_token"
+    assert "sha256:0123456789ab" in v.message + v.fix and "settings/tokens" in v.fix
+
+
+@pytest.mark.parametrize("status, sent", [(401, False), (404, True)])
+def test_private_or_missing_repo(status, sent):
+    exc = hub_error(status, "RepoNotFound", "Repository not found")
+    v = hf_errors.classify(exc, ctx(token_sent=sent, repo_id="ct200/private-model"))
+    assert v.code == "not_found" and "ct200/private-model" in v.message
+
+
+def test_revision_and_entry_not_found():
+    assert hf_errors.classify(hub_error(404, "RevisionNotFound", "Invalid rev id: nope"), ctx()).code \
+        == "revision_not_found"
+    assert hf_errors.classify(hub_error(404, "EntryNotFound", "nope", url="http://127.0.0.1:9/z/x/resolve/main/a"),
+                              ctx()).code == "entry_not_found"
+
+
+def test_rate_limit_and_server_error():
+    v = hf_errors.classify(hub_error(429, None, None, headers={"Retry-After": "7"}), ctx())
+    assert v.code == "rate_limited" and "Retry-After 7s" in v.message
+    assert hf_errors.classify(hub_error(503, None, None), ctx()).code == "server_error"
+
+
+def test_unreachable_endpoint():
+    try:
+        httpx2.get("http://127.0.0.1:9/api/whoami-v2", timeout=2)
+    except Exception as exc:  # real connection refused on a closed port
+        v = hf_errors.classify(exc, ctx(endpoint="http://127.0.0.1:9"))
+    assert v.code == "unreachable" and "http://127.0.0.1:9" in v.fix
+
+
+def test_local_token_not_found():
+    from huggingface_hub.errors import LocalTokenNotFoundError
+    v = hf_errors.classify(LocalTokenNotFoundError("Token is required"), ctx(token_sent=False))
+    assert v.code == "no_token"
+
+
+def test_every_access_verdict_has_a_fix():
+    for code in hf_errors.ACCESS_CODES:
+        if code in ("public", "granted"):
+            continue
+        assert hf_errors.access_fix(code, ctx()), code
