@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import sys
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 DEFAULT_API_TIMEOUT = 30.0
@@ -22,11 +21,8 @@ DEFAULT_API_TIMEOUT = 30.0
 def configure(endpoint: str | None = None, hf_home: str | None = None, disable_xet: bool | None = None) -> str:
     """Prepare the environment huggingface_hub will read; return the effective endpoint."""
     endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-    if "huggingface_hub.constants" in sys.modules:
-        import huggingface_hub.constants as constants  # already imported: it must agree
-        if constants.ENDPOINT.rstrip("/") != endpoint:
-            raise RuntimeError("huggingface_hub was imported with endpoint %s before %s was configured"
-                               % (constants.ENDPOINT, endpoint))
+    # HfApi below always gets the endpoint explicitly; the environment covers helpers
+    # that read huggingface_hub.constants, which is read once at import.
     os.environ["HF_ENDPOINT"] = endpoint
     # Modules never rely on implicit tokens: every call passes an explicit token or token=False.
     os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"

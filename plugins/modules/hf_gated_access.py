@@ -132,6 +132,10 @@ repos:
     files: {description: Number of selected files., type: int}
     message: {description: What was found., type: str}
     fix: {description: What the operator must do when not accessible., type: str}
+msg:
+  description: Summary; when repositories are denied, every one with its cause and fix.
+  returned: always
+  type: str
 total_bytes:
   description: Sum of C(bytes) over accessible repositories.
   returned: always
@@ -161,9 +165,12 @@ def run(module):
     auth, results, denied = gated_access.check_access(hf_hub.api(endpoint), repos, resolved, endpoint)
     result.update(auth=auth, repos=results, denied=[r["repo_id"] for r in denied],
                   total_bytes=sum(r["bytes"] or 0 for r in results if r["accessible"]))
-    if denied and p["fail_on_denied"]:
-        module.fail_json(msg=gated_access.failure_message(denied, sum(1 for r in repos if r["required"]), auth),
-                         **result)
+    if denied:
+        result["msg"] = gated_access.failure_message(denied, sum(1 for r in repos if r["required"]), auth)
+        if p["fail_on_denied"]:
+            module.fail_json(**result)
+    else:
+        result["msg"] = "all %d required repositories are accessible" % sum(1 for r in repos if r["required"])
     return result
 
 

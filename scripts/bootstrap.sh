@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Install everything the demo and the tests need on a fresh machine, idempotently:
+#  1. Debian packages (sandbox hosts, systemd-analyze, Debian's python3.11 venv support)
+#  2. the controller venv .venv (Python 3.11, pinned ranges from pyproject.toml)
+#  3. a wheelhouse with huggingface_hub for the sandbox hosts (no PyPI from inside)
+#  4. the sandbox host root filesystem (Debian bookworm, systemd)
+#  5. the CPU-only SGLang parser venvs (0.5.23 and 0.5.11) used to check rendered command lines
+# Each step is skipped when its stamp says it is up to date.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+log() { printf '\n== bootstrap: %s\n' "$*"; }
+
+APT_PACKAGES=(mmdebstrap systemd-container iproute2 util-linux ca-certificates curl systemd python3.11-venv)
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  log "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 300 apt-get update -qq
+  timeout 600 apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PYTHON=${CT200_PYTHON:-python3.11}
+venv_stamp=$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [[ ! -x .venv/bin/python || "$(cat .venv/.ct200-stamp 2>/dev/null)" != "$venv_stamp" ]]; then
+  log "controller venv .venv ($($PYTHON --version))"
+  "$PYTHON" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  echo "$venv_stamp" > .venv/.ct200-stamp
+fi
+
+if ! ls .cache/wheelhouse/huggingface_hub-2.4.*.whl >/dev/null 2>&1; then
+  log "wheelhouse for sandbox hosts"
+  mkdir -p .cache/wheelhouse
+  .venv/bin/python -m pip download -q --disable-pip-version-check --only-binary=:all: \
+    -d .cache/wheelhouse 'huggingface_hub>=2.4.0,<2.5'
+fi
+
+log "sandbox root filesystem"
+scripts/build-rootfs.sh
+
+for v in 0.5.23 0.5.11; do
+  log "SGLang $v parser venv"
+  scripts/sglang-parse-venv.sh "$v"
+done
+log "ready"
