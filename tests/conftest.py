@@ -10,3 +10,14 @@ if COLLECTIONS not in sys.path:
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO_ROOT, "ansible.cfg"))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def local_hub(tmp_path_factory):
+    """The project's local Hub with its default repos (Kimi-shaped target, gated drafter, private repo)."""
+    from localhub import LocalHub
+    with LocalHub(tmp_path_factory.mktemp("local-hub")) as hub:
+        yield hub
