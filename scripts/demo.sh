@@ -41,8 +41,9 @@ run() { echo; echo "\$ $*"; "$@"; }
 
 echo
 echo "== 1. Deploy with a token that was granted access to the gated drafter"
-CT200_HF_TOKEN=$(python -m localhub token granted)
-export CT200_HF_TOKEN
+# The token reaches Ansible as a 0600 file (as a vault would), never through the environment.
+export CT200_HF_TOKEN_FILE=$STATE_DIR/hf_token
+(umask 077; python -m localhub token granted > "$CT200_HF_TOKEN_FILE")
 run ansible-playbook deploy_kimi.yml -i inventories/sandbox --diff
 
 echo
@@ -52,7 +53,7 @@ grep -Eq 'changed=[1-9]' "$STATE_DIR/rerun.log" && { echo "second run changed so
 
 echo
 echo "== 3. The field failure: a token whose user never requested the drafter"
-CT200_HF_TOKEN=$(python -m localhub token never_requested)
+(umask 077; python -m localhub token never_requested > "$CT200_HF_TOKEN_FILE")
 if run ansible-playbook playbooks/verify_access.yml -i inventories/sandbox; then
   echo "expected the access check to refuse the drafter"; exit 1
 fi
