@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 . .venv/bin/activate
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 HOSTS=${CT200_DEMO_HOSTS:-2}
-STATE_DIR=.cache/demo
+STATE_DIR=$PWD/.cache/demo
 HUB_STATE=$STATE_DIR/localhub.json
 mkdir -p "$STATE_DIR"
 rm -f "$HUB_STATE"
@@ -52,7 +52,7 @@ run ansible-playbook deploy_kimi.yml -i inventories/sandbox | tee "$STATE_DIR/re
 grep -Eq 'changed=[1-9]' "$STATE_DIR/rerun.log" && { echo "second run changed something"; exit 1; }
 
 echo
-echo "== 3. The field failure: a token whose user never requested the drafter"
+echo "== 3. The field failure: a token whose user never requested the drafter (refused before it is installed)"
 (umask 077; python -m localhub token never_requested > "$CT200_HF_TOKEN_FILE")
 if run ansible-playbook playbooks/verify_access.yml -i inventories/sandbox; then
   echo "expected the access check to refuse the drafter"; exit 1

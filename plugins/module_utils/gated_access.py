@@ -170,3 +170,16 @@ def failure_message(denied, total_required, auth):
         lines.append("- %s: %s: %s. Fix: %s" % (r["repo_id"], r.get("access") or r.get("error_code"),
                                                 r.get("message"), r.get("fix")))
     return "\n".join(lines)
+
+
+def summary_lines(auth, results):
+    """One line for the token and one per repository, for the role's report."""
+    lines = ["token: %s%s" % (auth.get("message"), (" " + auth["fingerprint"]) if auth.get("fingerprint") else "")]
+    for r in results:
+        size = "%.2f GB" % (r["bytes"] / 1e9) if r.get("bytes") is not None else "size unknown"
+        verdict = r.get("access") or r.get("error_code") or "error"
+        line = "%s: %s (gated=%s, %s files, %s)" % (r["repo_id"], verdict, r.get("gated"), r.get("files"), size)
+        if not r.get("accessible"):
+            line += " -> fix: %s" % r.get("fix")
+        lines.append(line)
+    return lines

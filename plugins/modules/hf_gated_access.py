@@ -132,6 +132,11 @@ repos:
     files: {description: Number of selected files., type: int}
     message: {description: What was found., type: str}
     fix: {description: What the operator must do when not accessible., type: str}
+summary:
+  description: One human-readable line for the token and one per repository (verdict, size, fix).
+  returned: always
+  type: list
+  elements: str
 msg:
   description: Summary; when repositories are denied, every one with its cause and fix.
   returned: always
@@ -155,7 +160,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import TokenE
 
 def run(module):
     p = module.params
-    result = dict(changed=False, auth={}, repos=[], total_bytes=0, denied=[])
+    result = dict(changed=False, auth={}, repos=[], total_bytes=0, denied=[], summary=[])
     try:
         repos = gated_access.normalise_repos(p["repos"])
         resolved = resolve_token(p["token"], p["token_user"])
@@ -164,6 +169,7 @@ def run(module):
     endpoint = hf_hub.configure(p["endpoint"])
     auth, results, denied = gated_access.check_access(hf_hub.api(endpoint), repos, resolved, endpoint)
     result.update(auth=auth, repos=results, denied=[r["repo_id"] for r in denied],
+                  summary=gated_access.summary_lines(auth, results),
                   total_bytes=sum(r["bytes"] or 0 for r in results if r["accessible"]))
     if denied:
         result["msg"] = gated_access.failure_message(denied, sum(1 for r in repos if r["required"]), auth)
