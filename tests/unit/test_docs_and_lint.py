@@ -1,0 +1,51 @@
+"""Every module renders with ansible-doc, every role has argument_specs, and ansible-lint's
+production profile passes on the whole collection."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py") if not p.stem.startswith("_"))
+ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
+
+
+def tool(*argv, timeout=300):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=str(BIN) + os.pathsep + os.environ["PATH"])
+    return subprocess.run([str(BIN / argv[0]), *argv[1:]], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_four_modules_exist():
+    assert {"hf_token", "hf_gated_access", "hf_download", "sglang_service"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_ansible_doc_renders_module(module):
+    res = tool("ansible-doc", "--json", "ct200.deploy." + module)
+    assert res.returncode == 0, res.stderr
+    import json
+    doc = json.loads(res.stdout)["ct200.deploy." + module]
+    assert doc["doc"]["short_description"] and doc["examples"].strip() and doc["return"]
+    for name, opt in doc["doc"]["options"].items():
+        assert opt.get("description"), "%s: option %s has no description" % (module, name)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_has_argument_specs_that_render(role):
+    spec = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    assert spec["argument_specs"]["main"]["options"]
+    res = tool("ansible-doc", "-t", "role", "ct200.deploy." + role)
+    assert res.returncode == 0 and "ENTRY POINT: main" in res.stdout.replace("\x1b[1m", "").replace("\x1b[0m", ""), \
+        res.stderr
+
+
+def test_ansible_lint_production_profile():
+    res = tool("ansible-lint", "--profile", "production", "--offline", timeout=900)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
