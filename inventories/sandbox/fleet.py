@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Dynamic inventory of the sandbox fleet (scripts/sandbox.sh up N).
+
+Reads the JSON state written by scripts/sandbox.sh (path from
+$CT200_SANDBOX_STATE, default <repo>/.cache/sandbox/state.json) and returns
+group ``ct200`` with every host, connected through
+``community.docker.nsenter`` to the container's init PID.
+
+Fails (exit 1, message on stderr) when no sandbox is up or its hosts are gone,
+instead of returning an empty inventory.  Note that ansible-playbook itself
+only turns a failed inventory source into a warning unless
+``[inventory] unparsed_is_failed = true`` (or ANSIBLE_INVENTORY_UNPARSED_FAILED=1).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+DEFAULT_STATE = REPO / ".cache" / "sandbox" / "state.json"
+CONNECTION = "ct200.deploy.nsenter"
+HOST_PYTHON = "/usr/bin/python3"
+
+
+class NotRunning(Exception):
+    pass
+
+
+def state_path() -> Path:
+    return Path(os.environ.get("CT200_SANDBOX_STATE") or DEFAULT_STATE)
+
+
+def _alive_systemd(pid) -> bool:
+    """The leader must still be a live systemd (guards against a stale state
+    file whose PIDs were reused by unrelated processes)."""
+    if not isinstance(pid, int) or pid <= 1:
+        return False
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return comm == "systemd" and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def load_hosts(path: Path) -> list[dict]:
+    hint = "run scripts/sandbox.sh up N"
+    if path != DEFAULT_STATE:
+        hint += f" --state {path}"
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise NotRunning(f"sandbox is not running: {hint} (no state file {path})") from None
+    except (OSError, ValueError) as exc:
+        raise NotRunning(f"sandbox is not running: {hint} (unreadable state file {path}: {exc})") from None
+    hosts = state.get("hosts") if isinstance(state, dict) else None
+    if not hosts:
+        raise NotRunning(f"sandbox is not running: {hint} (state file {path} lists no hosts)")
+    if state.get("status") != "running":
+        raise NotRunning(f"sandbox is not running: {hint} (state file {path} says "
+                         f"'{state.get('status')}')")
+    dead = [h.get("name", "?") for h in hosts if not _alive_systemd(h.get("leader_pid"))]
+    if dead:
+        raise NotRunning(f"sandbox is not running: {hint} (hosts {', '.join(dead)} from "
+                         f"{path} are gone; 'scripts/sandbox.sh down' cleans up)")
+    return hosts
+
+
+def inventory(hosts: list[dict]) -> dict:
+    hostvars = {}
+    for h in hosts:
+        hostvars[h["name"]] = {
+            "ansible_nsenter_pid": h["leader_pid"],
+            # 1..N, stable per fleet: derive per-host ports from it, the hosts
+            # share the machine's network namespace (see docs/sandbox.md).
+            "ct200_sandbox_index": h.get("index", 0),
+        }
+    return {
+        "_meta": {"hostvars": hostvars},
+        "all": {"children": ["ungrouped", "ct200"]},
+        "ct200": {
+            "hosts": sorted(hostvars),
+            "vars": {
+                "ansible_connection": CONNECTION,
+                "ansible_python_interpreter": HOST_PYTHON,
+                "ct200_sandbox": True,
+            },
+        },
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[1] == "--list":
+        mode = "list"
+    elif len(argv) == 3 and argv[1] == "--host":
+        mode = "host"
+    else:
+        print("usage: fleet.py --list | --host NAME", file=sys.stderr)
+        return 2
+    try:
+        inv = inventory(load_hosts(state_path()))
+    except NotRunning as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    if mode == "list":
+        json.dump(inv, sys.stdout, indent=2, sort_keys=True)
+    else:
+        json.dump(inv["_meta"]["hostvars"].get(argv[2], {}), sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

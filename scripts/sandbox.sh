@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Sandbox fleet of real systemd hosts (Debian bookworm, systemd-nspawn --boot)
+# for Molecule role tests, the demo and CI. Run as root.
+#
+#   scripts/sandbox.sh up N [--name PREFIX | --names H1,H2,..] [--state FILE] [--bind SRC:DST[:ro]]...
+#                           [--timeout SEC] [--recreate] [--keep-on-failure]
+#   scripts/sandbox.sh down [--state FILE]
+#   scripts/sandbox.sh status [--state FILE] [--json]
+#   scripts/sandbox.sh exec HOST [--] [CMD...]      (default: a login shell)
+#
+# Hosts are named ct200-h1..N (or PREFIX-1..N), share this machine's network
+# namespace (so they reach services on 127.0.0.1, and two hosts cannot listen
+# on the same port), and keep all writes in RAM (--volatile=overlay).
+# State (JSON: hosts with name, nspawn_pid, leader_pid) goes to
+# $CT200_SANDBOX_STATE or /work/main/.cache/sandbox/state.json; the rootfs comes
+# from scripts/build-rootfs.sh ($CT200_SANDBOX_ROOTFS). Details: docs/sandbox.md.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# The machine's python3 (stdlib only), not a venv: the fleet must not depend on it.
+py=/usr/bin/python3
+[[ -x $py ]] || py=$(command -v python3)
+exec "$py" "$here/sandbox.py" "$@"
