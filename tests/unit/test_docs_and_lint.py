@@ -2,6 +2,7 @@
 production profile passes on the whole collection."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +46,10 @@ def test_role_has_argument_specs_that_render(role):
     spec = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
     assert spec["argument_specs"]["main"]["options"]
     res = tool("ansible-doc", "-t", "role", "ct200.deploy." + role)
-    assert res.returncode == 0 and "ENTRY POINT: main" in res.stdout.replace("\x1b[1m", "").replace("\x1b[0m", ""), \
-        res.stderr
+    plain = re.sub(r"\x1b\[[0-9;]*m|\*", "", res.stdout)
+    assert res.returncode == 0 and "ENTRY POINT: main" in plain, res.stderr
+    for option in spec["argument_specs"]["main"]["options"]:
+        assert option in plain, "%s: %s missing from ansible-doc" % (role, option)
 
 
 def test_ansible_lint_production_profile():
