@@ -1,0 +1,164 @@
+"""The module's docs, the module's argument_spec and the role's argument_specs agree.
+
+ARGUMENT_SPEC (plugins/module_utils/sglang_spec.py) is the single source of
+truth. DOCUMENTATION must describe exactly those options (names, types,
+defaults, choices, elements, suboptions); the role's meta/argument_specs.yml
+mirrors them under sglang_service_instances. Regenerate the role file with
+CT200_UPDATE_GOLDEN=1 after changing the spec.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from ansible_collections.ct200.deploy.plugins.module_utils.sglang_spec import ARGUMENT_SPEC
+from ansible_collections.ct200.deploy.plugins.modules import sglang_service
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLE_SPEC = os.path.join(REPO, "roles", "sglang_service", "meta", "argument_specs.yml")
+KEYS = ("type", "choices", "default", "elements", "required")
+
+ROLE_VARS = {
+    "sglang_service_instances": {
+        "type": "list", "elements": "dict", "default": [],
+        "description": ["Instances on this host; each item takes the options of the"
+                        " ct200.deploy.sglang_service module (see ansible-doc ct200.deploy.sglang_service).",
+                        "Keys missing in an item come from sglang_service_defaults, then from the role-level"
+                        " variables below."]},
+    "sglang_service_defaults": {"type": "dict", "default": {},
+                                "description": "Module options shared by every instance (the item wins)."},
+    "sglang_service_state": {"type": "str", "default": "started",
+                             "choices": ["present", "started", "stopped", "absent"],
+                             "description": "State of every instance that does not set its own."},
+    "sglang_service_user": {"type": "str", "default": "sglang", "description": "Dedicated service user."},
+    "sglang_service_group": {"type": "str", "default": "sglang", "description": "Group of the service user."},
+    "sglang_service_create_user": {"type": "bool", "default": True,
+                                   "description": "Create the service user and group (system, no login)."},
+    "sglang_service_python": {"type": "str", "default": "/opt/sglang/venv/bin/python",
+                              "description": "Interpreter of the SGLang venv on the host."},
+    "sglang_service_launcher": {"type": "list", "elements": "str", "default": [],
+                                "description": ["TEST ONLY. Replaces C(-m sglang.launch_server), e.g. with the"
+                                                " SGLang test stand-in in the Molecule scenario. Keep [] in"
+                                                " production."]},
+    "sglang_service_unit_dir": {"type": "str", "default": "/etc/systemd/system", "description": "Unit directory."},
+    "sglang_service_env_dir": {"type": "str", "default": "/etc/sglang",
+                               "description": "Directory of the per-instance environment files."},
+    "sglang_service_cache_dir": {"type": "str", "default": "/var/cache/ct200-sglang",
+                                 "description": "Cache of probed SGLang flag manifests."},
+    "sglang_service_target": {"type": "bool", "default": True,
+                              "description": "Install sglang.target, which wants every instance of the host."},
+}
+
+
+class _IndentDumper(yaml.SafeDumper):
+    """Indent block sequences under their key (yamllint's default indentation)."""
+
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
+
+
+def _doc():
+    return yaml.safe_load(sglang_service.DOCUMENTATION)
+
+
+def _mirror(spec, docs):
+    out = {}
+    for name, opt in spec.items():
+        entry = {"description": docs[name]["description"]}
+        for key in KEYS:
+            if key in opt:
+                entry[key] = opt[key]
+        if "options" in opt:
+            entry["options"] = _mirror(opt["options"], docs[name]["suboptions"])
+        out[name] = entry
+    return out
+
+
+def build_role_argument_specs():
+    instance_opts = _mirror(ARGUMENT_SPEC, _doc()["options"])
+    role_vars = {k: dict(v) for k, v in ROLE_VARS.items()}
+    role_vars["sglang_service_instances"]["options"] = instance_opts
+    return {"argument_specs": {"main": {
+        "short_description": "SGLang DFlash/DDTree instances as systemd units, validated before they are written",
+        "description": [
+            "Creates the service user, then for every instance runs ct200.deploy.sglang_service: state present"
+            " (validate, render, systemd-analyze verify, atomic write) in the configure step, then the"
+            " instance's state (start/restart/stop and /server_info proof) in the run step.",
+            "Tags: install, configure, run. Options of sglang_service_instances items mirror the module"
+            " (generated from its argument_spec by tests/sglang/test_docs.py).",
+        ],
+        "options": role_vars,
+    }}}
+
+
+def _compare(spec, docs, path=""):
+    problems = []
+    if set(spec) != set(docs):
+        problems.append("%s: spec %s vs docs %s" % (path or "options", sorted(set(spec) - set(docs)),
+                                                    sorted(set(docs) - set(spec))))
+    for name in set(spec) & set(docs):
+        opt, doc = spec[name], docs[name]
+        for key in KEYS:
+            want = opt.get(key, False if key == "required" else None)
+            got = doc.get(key, False if key == "required" else None)
+            if key == "type" and want is None:
+                want = "str"
+            if want != got:
+                problems.append("%s%s.%s: spec %r, docs %r" % (path, name, key, want, got))
+        if "options" in opt or "suboptions" in doc:
+            problems += _compare(opt.get("options", {}), doc.get("suboptions", {}), path + name + ".")
+    return problems
+
+
+def test_documentation_matches_argument_spec():
+    assert _compare(ARGUMENT_SPEC, _doc()["options"]) == []
+
+
+def test_examples_and_return_are_yaml():
+    examples = yaml.safe_load(sglang_service.EXAMPLES)
+    assert all("ct200.deploy.sglang_service" in task for task in examples)
+    returned = yaml.safe_load(sglang_service.RETURN)
+    assert {"argv", "unit", "dialect", "expected_server_info", "journal", "problems"} <= set(returned)
+
+
+def test_role_argument_specs_mirror_the_module():
+    expected = build_role_argument_specs()
+    if os.environ.get("CT200_UPDATE_GOLDEN"):
+        with open(ROLE_SPEC, "w", encoding="utf-8") as handle:
+            handle.write("---\n# Generated by tests/sglang/test_docs.py from the module's argument_spec; "
+                         "do not edit by hand.\n")
+            yaml.dump(expected, handle, Dumper=_IndentDumper, sort_keys=False, width=110)
+    with open(ROLE_SPEC, encoding="utf-8") as handle:
+        actual = yaml.safe_load(handle)
+    assert actual == expected, "run CT200_UPDATE_GOLDEN=1 pytest tests/sglang/test_docs.py"
+
+
+def test_role_defaults_match_role_argument_specs():
+    with open(os.path.join(REPO, "roles", "sglang_service", "defaults", "main.yml"), encoding="utf-8") as handle:
+        defaults = yaml.safe_load(handle)
+    assert set(defaults) == set(ROLE_VARS)
+    for name, value in defaults.items():
+        assert value == ROLE_VARS[name]["default"], name
+
+
+def test_ansible_doc_renders_the_module():
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    doc = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
+    proc = subprocess.run([doc, "ct200.deploy.sglang_service"], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    for needle in ("ddtree_budget", "allow_hybrid_tree", "EXAMPLES", "RETURN VALUES", "expected_server_info",
+                   "TEST ONLY", "systemd-analyze verify"):
+        assert needle in proc.stdout, needle
+    assert "WARNING" not in proc.stderr.upper(), proc.stderr
+
+
+def test_ansible_doc_renders_the_role():
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"))
+    doc = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
+    proc = subprocess.run([doc, "-t", "role", "ct200.deploy.sglang_service"], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "sglang_service_instances" in proc.stdout and "sglang_service_launcher" in proc.stdout

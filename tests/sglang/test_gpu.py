@@ -1,0 +1,49 @@
+"""GPU detection from recorded nvidia-smi output (there is no GPU here)."""
+import pytest
+
+from conftest import kimi_params, plan, real_dialect, refusal
+from ansible_collections.ct200.deploy.plugins.module_utils import sglang_spec as specmod
+
+# nvidia-smi --query-gpu=index,memory.total,name --format=csv,noheader,nounits on an 8x RTX PRO 6000 host
+RECORDED_8X_RTX_PRO_6000 = """0, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+1, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+2, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+3, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+4, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+5, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+6, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+7, 97887, NVIDIA RTX PRO 6000 Blackwell Server Edition
+"""
+RECORDED_MIXED = "0, 81559, NVIDIA H100 80GB HBM3\n1, 46068, NVIDIA L40S, rev A\n"
+
+
+def test_parse_recorded_output():
+    gpus = specmod.parse_nvidia_smi(RECORDED_8X_RTX_PRO_6000)
+    assert len(gpus) == 8
+    assert gpus[0] == {"index": 0, "memory_mib": 97887.0, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
+
+
+def test_names_with_commas_stay_whole():
+    assert specmod.parse_nvidia_smi(RECORDED_MIXED)[1]["name"] == "NVIDIA L40S, rev A"
+
+
+@pytest.mark.parametrize("text", ["0, N/A, NVIDIA X", "garbage", "0 97887 NVIDIA"])
+def test_unexpected_output_is_an_error(text):
+    with pytest.raises(ValueError):
+        specmod.parse_nvidia_smi(text)
+
+
+def test_detected_memory_and_gpus_feed_validation(mdir):
+    detected = specmod.parse_nvidia_smi(RECORDED_8X_RTX_PRO_6000)
+    spec, resolved, argv = plan(kimi_params(mdir, gpu_memory_gib=None), real_dialect("0.5.23"), detected=detected)
+    assert round(resolved.gpu_memory_gib, 2) == 95.59
+    assert resolved.gpus == list(range(8))
+
+
+def test_smallest_selected_gpu_bounds_the_memory(mdir):
+    detected = specmod.parse_nvidia_smi(RECORDED_MIXED)
+    plan(dict(name="m", target=mdir["qwen"], tp=1, gpus=[0]), real_dialect("0.5.23"), detected=detected)
+    problems = refusal(dict(name="m", target=mdir["qwen"], tp=1, gpus=[1]), real_dialect("0.5.23"),
+                       detected=detected)
+    assert problems == ["weights 53.8 GB / tp 1 = 53.8 GB per GPU > 41.1 GB usable per GPU (44.99 GiB x "
+                        "mem_fraction_static 0.85 = 38.24 GiB); use tp 2 (26.9 GB per GPU)"]

@@ -1,0 +1,65 @@
+"""The SGLang test stand-in: SGLang's own parser decides, the stand-in only serves what it parsed."""
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+
+from conftest import REPO, kimi_params, plan, real_dialect, require_parse_venv
+
+STANDIN = os.path.join(REPO, "tools", "sglang_standin", "sglang_standin.py")
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def get(url):
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return answer.status, answer.read()
+
+
+def test_standin_serves_what_sglangs_parser_parsed(mdir):
+    python = require_parse_venv("0.5.23")
+    port = free_port()
+    spec, resolved, argv = plan(kimi_params(mdir, port=port), real_dialect("0.5.23"))
+    env = dict(os.environ, CT200_STANDIN_LOAD_SECONDS="0", CT200_STANDIN_WARMUP_SECONDS="1")
+    proc = subprocess.Popen([python, STANDIN] + argv[3:], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline, statuses = time.monotonic() + 120, []
+        while time.monotonic() < deadline:
+            try:
+                statuses.append(get("http://127.0.0.1:%d/health_generate" % port)[0])
+                if statuses[-1] == 200:
+                    break
+            except OSError as exc:  # refused while "loading", 503 while warming up
+                statuses.append(getattr(exc, "code", "refused"))
+            time.sleep(0.3)
+        if statuses[-1] != 200:
+            proc.terminate()
+            raise AssertionError((statuses[-5:], proc.communicate(timeout=30)[1][-3000:]))
+        assert 503 in statuses, statuses
+        info = json.loads(get("http://127.0.0.1:%d/server_info" % port)[1])
+        assert info["standin"] is True and info["version"] == "0.5.23"
+        assert info["speculative_algorithm"] == "DFLASH"
+        assert info["speculative_draft_model_path"] == mdir["kimi_draft"]
+        assert info["speculative_num_draft_tokens"] == 16 and info["tp_size"] == 8
+        assert info["model_path"] == mdir["kimi"] and info["cuda_graph_max_bs_decode"] == 16
+        models = json.loads(get("http://127.0.0.1:%d/v1/models" % port)[1])
+        assert models["data"][0]["id"] == "kimi-k2.6" and models["data"][0]["owned_by"] == "sglang-standin"
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0
+    assert "SGLANG TEST STAND-IN (not SGLang" in err
+
+
+def test_standin_refuses_a_bad_argv_with_sglangs_message(mdir):
+    python = require_parse_venv("0.5.23")
+    spec, resolved, argv = plan(kimi_params(mdir), real_dialect("0.5.11"))  # 0.5.11 line on 0.5.23
+    proc = subprocess.run([python, STANDIN] + argv[3:], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in proc.stderr

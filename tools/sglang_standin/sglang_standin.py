@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""SGLANG TEST STAND-IN -- this is NOT SGLang and serves no model.
+
+Used by the sglang_service Molecule scenario on hosts without a GPU, in place
+of ``python -m sglang.launch_server`` (role variable
+``sglang_service_launcher``, test-only). Run it with the interpreter of a
+CPU-only SGLang parse venv (scripts/sglang-parse-venv.sh):
+
+    VENV/bin/python sglang_standin.py --model-path ... --port 30123 ...
+
+What is real: the argv is parsed by SGLang's OWN parser from the installed
+``sglang`` package (``sglang.srt.server_args.prepare_server_args``); a bad
+argv exits 2 with SGLang's own error, exactly like the real launcher.
+What is fake: everything after parsing. It serves, from what it parsed,
+
+* ``GET /health``, ``/health_generate`` -- 503 while "warming up", then 200
+* ``GET /server_info`` -- every parsed server arg as a top-level key (as
+  SGLang does), ``version``, ``launch_command``, and ``"standin": true``
+* ``GET /v1/models`` -- ``data[0].id`` = served model name
+* ``POST /generate`` -- a fixed text, ``meta_info.standin = true``
+
+Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
+weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1).
+"""
+
+import dataclasses
+import enum
+import importlib.metadata
+import json
+import logging
+import os
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+NAME = "sglang-standin"
+LOG = logging.getLogger(NAME)
+
+
+def _plain(value):
+    """JSON-safe copy of parsed arg values."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    return str(value)
+
+
+def parse_with_sglang(argv):
+    """(version, args dict) from SGLang's own parser; SystemExit(2) on bad argv."""
+    from sglang.srt.server_args import prepare_server_args  # the real package
+
+    args = prepare_server_args(list(argv))
+    values = None
+    if hasattr(args, "resolved_dict"):  # 0.5.2x records
+        try:
+            values = args.resolved_dict()
+        except Exception as exc:  # not resolvable without a GPU: fall back to raw fields
+            LOG.info("resolved_dict unavailable (%s); reporting parsed values", exc)
+    if values is None and dataclasses.is_dataclass(args):  # 0.5.11 dataclass
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
+    if values is None:
+        values = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    return importlib.metadata.version("sglang"), _plain(values)
+
+
+class StandIn(object):
+    def __init__(self, version, args, argv):
+        self.version = version
+        self.args = args
+        self.argv = argv
+        self.ready_at = None
+        self.started = time.time()
+
+    @property
+    def served_name(self):
+        name = self.args.get("served_model_name")
+        return name or self.args.get("model_path")
+
+    def server_info(self):
+        info = dict(self.args)
+        info.update({
+            "standin": True,
+            "standin_note": "SGLANG TEST STAND-IN: argv parsed by SGLang's own parser, no model loaded",
+            "version": self.version,
+            "launch_command": " ".join(shlex.quote(a) for a in [sys.executable, "-m", "sglang.launch_server"]
+                                       + self.argv),
+            "internal_states": [{"standin": True, "avg_spec_accept_length": None}],
+            "startup_time": self.started,
+        })
+        return info
+
+    def models(self):
+        return {"object": "list", "data": [{
+            "id": self.served_name, "object": "model", "created": int(self.started),
+            "owned_by": NAME, "root": self.args.get("model_path"),
+            "max_model_len": self.args.get("context_length"),
+        }]}
+
+
+def make_handler(standin):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = NAME
+
+        def log_message(self, fmt, *args):
+            LOG.info("%s %s", self.address_string(), fmt % args)
+
+        def _send(self, status, payload):
+            body = json.dumps(payload).encode("utf-8") if payload is not None else b""
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-SGLang-Standin", "true")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _warm(self):
+            return standin.ready_at is not None and time.time() >= standin.ready_at
+
+        def do_GET(self):
+            path = self.path.split("?", 1)[0]
+            if path in ("/health", "/health_generate", "/ready"):
+                if self._warm():
+                    return self._send(200, None)
+                return self._send(503, {"error": "warming up (stand-in)"})
+            if path in ("/server_info", "/get_server_info"):
+                return self._send(200, standin.server_info())
+            if path == "/v1/models":
+                return self._send(200, standin.models())
+            if path == "/metrics":
+                return self._send(200, {"standin": True})
+            return self._send(404, {"error": "not served by the stand-in: %s" % path})
+
+        def do_POST(self):
+            path = self.path.split("?", 1)[0]
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if path != "/generate":
+                return self._send(404, {"error": "not served by the stand-in: %s" % path})
+            try:
+                json.loads(raw or b"{}")
+            except ValueError:
+                return self._send(400, {"error": "body is not JSON"})
+            return self._send(200, {"text": "[sglang-standin: no model]", "meta_info": {
+                "standin": True, "completion_tokens": 0, "spec_verify_ct": 0}})
+
+    return Handler
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s " + NAME + " %(message)s", stream=sys.stderr)
+    LOG.info("SGLANG TEST STAND-IN (not SGLang, no model is loaded); parsing argv with SGLang's parser")
+    version, args = parse_with_sglang(argv)  # exits 2 with SGLang's message on a bad argv
+    LOG.info("argv accepted by sglang %s's parser: speculative_algorithm=%s draft=%s num_draft_tokens=%s",
+             version, args.get("speculative_algorithm"), args.get("speculative_draft_model_path"),
+             args.get("speculative_num_draft_tokens"))
+    standin = StandIn(version, args, argv)
+    time.sleep(float(os.environ.get("CT200_STANDIN_LOAD_SECONDS", "2")))
+    host = args.get("host") or "127.0.0.1"
+    port = int(args.get("port") or 30000)
+
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        daemon_threads = True
+
+    server = Server((host, port), make_handler(standin))
+    standin.ready_at = time.time() + float(os.environ.get("CT200_STANDIN_WARMUP_SECONDS", "1"))
+
+    def stop(signum, frame):
+        LOG.info("signal %s: shutting down", signum)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    LOG.info("listening on %s:%d (stand-in; ready after warm-up)", host, port)
+    server.serve_forever()
+    server.server_close()
+    LOG.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
