@@ -33,8 +33,10 @@ export CT200_HF_ENDPOINT
 echo "   $CT200_HF_ENDPOINT"
 
 echo "== sandbox fleet ($HOSTS hosts)"
-binds=(--bind "$PWD/.cache/wheelhouse:/srv/wheelhouse:ro")
-for v in .cache/sglang-venv-*; do [[ -d "$v" ]] && binds+=(--bind "$PWD/$v:$PWD/$v:ro"); done
+binds=(--bind "$PWD/.cache/wheelhouse:/srv/wheelhouse:ro"
+       --bind "$PWD/.cache/sglang-venv-0.5.23:$PWD/.cache/sglang-venv-0.5.23:ro"
+       --bind "$PWD/tools/sglang_standin:/opt/ct200-standin:ro")
+export CT200_SGLANG_PYTHON=$PWD/.cache/sglang-venv-0.5.23/bin/python
 scripts/sandbox.sh up "$HOSTS" "${binds[@]}"
 
 run() { echo; echo "\$ $*"; "$@"; }
