@@ -20,7 +20,10 @@ def test_model_weights_scenario(local_hub):
     rc, out = run_scenario("model_weights", env={"CT200_HF_ENDPOINT": local_hub.url, "CT200_TOKEN_GRANTED": token})
     assert rc == 0, out[-8000:]
     assert "idempotence" in out.lower()
-    assert "Download | progress" in out, "the role printed no progress line"
+    lines = re.findall(r"\[mol-weights-1\] (?:target|drafter) \S+: .*", out)
+    assert any(" finished" in line for line in lines), "the role printed no progress line:\n%s" % out[-3000:]
+    assert all(re.search(r": (planning|finishing|finished|[0-9.]+/[0-9.]+ GB \([0-9.]+ %\), \d+ MB/s, ETA \S+, files \d+/\d+)",
+                         line) for line in lines), lines
     assert re.search(r'retried 1x \{\\?"stall\\?": 1\}', out), "the stalled transfer was not aborted and retried once"
     assert "re-fetched" not in out
     assert token not in out, "the token leaked into Molecule output"

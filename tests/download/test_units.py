@@ -406,3 +406,20 @@ def test_disk_space_module_checks_requirements_together(tmp_path):
     failed, res = run_module(disk_space.main, {"requirements": reqs[:1], "min_free_bytes": "lots"})
     assert failed and "min_free_bytes" in res["msg"]
     assert not (tmp_path / "t").exists()
+
+
+# --------------------------------------------------------------------- progress lines
+def test_progress_line_formats():
+    from ansible_collections.ct200.deploy.plugins.module_utils.hf_progress import format_line
+
+    now = time.time()
+    p = {"state": "running", "updated": now, "bytes_total": 595_300_000_000, "bytes_done": 123_450_000_000,
+         "rate": 1.1e9, "eta_seconds": 6727, "files_done": 12, "files_total": 64, "retries": 3}
+    assert format_line("target moonshotai/Kimi-K2.6", p, not_before=now - 1) == (
+        "target moonshotai/Kimi-K2.6: 123.45/595.30 GB (20.7 %), 1100 MB/s, ETA 1h52m, files 12/64, retries 3")
+    assert format_line("t", dict(p, rate=0, retries=0), not_before=now - 1).endswith("0 MB/s, ETA ?, files 12/64")
+    assert format_line("t", p, not_before=now + 1) == "t: planning", "a progress file of an earlier run is ignored"
+    assert format_line("t", None) == "t: planning"
+    assert format_line("t", dict(p, state="done"), not_before=0) == "t: finishing"
+    assert format_line("t", p, finished=True) == "t: finished"
+    assert format_line("t", p, finished=True, failed=True) == "t: failed"
