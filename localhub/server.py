@@ -55,6 +55,13 @@ class HubHTTPServer(ThreadingHTTPServer):
         self._conn_lock = threading.Lock()
         super().__init__(address, HubRequestHandler)
 
+    def handle_error(self, request, client_address):  # noqa: ANN001
+        # A client closing mid-body (a killed download, a stall test) is normal for a Hub.
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
     def process_request(self, request, client_address):  # noqa: ANN001
         with self._conn_lock:
             self._connections.add(request)

@@ -34,9 +34,8 @@ echo "   $CT200_HF_ENDPOINT"
 
 echo "== sandbox fleet ($HOSTS hosts)"
 binds=(--bind "$PWD/.cache/wheelhouse:/srv/wheelhouse:ro"
-       --bind "$PWD/.cache/sglang-venv-0.5.23:$PWD/.cache/sglang-venv-0.5.23:ro"
+       --bind "$PWD/.cache/sglang-venv-0.5.23:/opt/ct200-sglang-venv:ro"  # fixed path: units use PrivateTmp
        --bind "$PWD/tools/sglang_standin:/opt/ct200-standin:ro")
-export CT200_SGLANG_PYTHON=$PWD/.cache/sglang-venv-0.5.23/bin/python
 scripts/sandbox.sh up "$HOSTS" "${binds[@]}"
 
 run() { echo; echo "\$ $*"; "$@"; }
