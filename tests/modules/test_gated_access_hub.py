@@ -156,3 +156,38 @@ def test_hf_token_validates_before_writing(local_hub, tmp_path):
 def test_hf_token_reports_fine_grained_scope(local_hub, tmp_path):
     failed, res = install(local_hub, tmp_path / "token", token_for("fine_grained_no_gated"))
     assert not failed and res["token_role"] == "fineGrained" and res["can_read_gated_repos"] is False
+
+
+# --- Hub faults: one clear verdict, never a false "granted" ----------------------------------
+
+@pytest.fixture
+def faulty_hub(local_hub):
+    local_hub.clear_faults()
+    yield local_hub
+    local_hub.clear_faults()
+
+
+def test_server_error_on_auth_check_is_reported_not_granted(faulty_hub):
+    faulty_hub.set_faults([{"kind": "5xx", "status": 503, "path_glob": "/api/models/z-lab/*/auth-check",
+                            "count": -1}])
+    failed, res = access(faulty_hub, token_for("granted"))
+    drafter = by_repo(res)[DRAFTER]
+    assert failed and not drafter["accessible"] and drafter["access"] is None
+    assert drafter["error_code"] == "server_error" and "503" in drafter["message"]
+    assert by_repo(res)[TARGET]["access"] == "public"
+
+
+def test_rate_limited_whoami_is_reported_but_access_still_proven_by_auth_check(faulty_hub):
+    # whoami is informational (user, role); the verdict comes from auth-check with the token.
+    faulty_hub.set_faults([{"kind": "429", "retry_after": 7, "path_glob": "/api/whoami-v2", "count": -1}])
+    failed, res = access(faulty_hub, token_for("granted"))
+    assert res["auth"]["error_code"] == "rate_limited" and "Retry-After 7s" in res["auth"]["message"]
+    assert "throttle" in res["auth"]["fix"]
+    assert not failed and by_repo(res)[DRAFTER]["access"] == "granted"
+
+
+def test_hf_token_refuses_to_write_when_the_hub_fails(faulty_hub, tmp_path):
+    faulty_hub.set_faults([{"kind": "5xx", "status": 502, "path_glob": "/api/whoami-v2", "count": -1}])
+    path = tmp_path / "token"
+    failed, res = install(faulty_hub, path, token_for("granted"))
+    assert failed and "server_error" in res["msg"] and not path.exists()
