@@ -53,10 +53,15 @@ run ansible-playbook deploy_kimi.yml -i inventories/sandbox | tee "$STATE_DIR/re
 grep -Eq 'changed=[1-9]' "$STATE_DIR/rerun.log" && { echo "second run changed something"; exit 1; }
 
 echo
+echo "== 2b. Check mode predicts nothing to change"
+run ansible-playbook deploy_kimi.yml -i inventories/sandbox --check | tee "$STATE_DIR/check.log" | tail -n 4
+grep -Eq 'changed=[1-9]' "$STATE_DIR/check.log" && { echo "check mode predicted a change"; exit 1; }
+
+echo
 echo "== 3. The field failure: a token whose user never requested the drafter (refused before it is installed)"
 (umask 077; python -m localhub token never_requested > "$CT200_HF_TOKEN_FILE")
 if run ansible-playbook playbooks/verify_access.yml -i inventories/sandbox; then
   echo "expected the access check to refuse the drafter"; exit 1
 fi
 echo
-echo "demo: OK (deploy, idempotent re-run, and a refused token explained above)"
+echo "demo: OK (deploy, idempotent re-run, check mode, and a refused token explained above)"
