@@ -184,11 +184,19 @@ class FaultSet:
         return None
 
 
+SETTLE_SECONDS = 2.0
+
+
 @dataclass
 class Stats:
     """Per-kind request counters; never records token values."""
 
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lock: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    # Requests being answered: the client can read a whole response and ask
+    # for the stats before the answering thread has recorded it, so readers
+    # wait (briefly) for requests that started before them.
+    _inflight: dict[int, float] = field(default_factory=dict, repr=False)
+    _next_ticket: int = field(default=0, repr=False)
     requests: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REQUEST_KINDS, 0))
     authorized: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REQUEST_KINDS, 0))
     ranged: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REQUEST_KINDS, 0))
@@ -198,9 +206,30 @@ class Stats:
     faults_fired: int = 0
     log: deque = field(default_factory=lambda: deque(maxlen=5000))
 
-    def record(self, kind: str, method: str, path: str, status: int, has_auth: bool, range_header: str | None,
-               sent: int, fault: str | None, started: float | None = None) -> None:
+    def begin(self) -> int:
+        """Register a request being answered; pass the ticket to :meth:`record`."""
         with self._lock:
+            self._next_ticket += 1
+            self._inflight[self._next_ticket] = time.monotonic()
+            return self._next_ticket
+
+    def _settle(self, exclude: int | None, wait: float) -> None:
+        """Wait up to ``wait`` s for requests that started before now to be recorded
+        (a stalled response only delays the reader, it never blocks it). Lock held."""
+        now = time.monotonic()
+        deadline = now + wait
+        while any(t != exclude and started <= now for t, started in self._inflight.items()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._lock.wait(remaining)
+
+    def record(self, kind: str, method: str, path: str, status: int, has_auth: bool, range_header: str | None,
+               sent: int, fault: str | None, started: float | None = None, ticket: int | None = None) -> None:
+        with self._lock:
+            if ticket is not None:
+                self._inflight.pop(ticket, None)
+                self._lock.notify_all()
             self.requests[kind] = self.requests.get(kind, 0) + 1
             if has_auth:
                 self.authorized[kind] = self.authorized.get(kind, 0) + 1
@@ -217,8 +246,9 @@ class Stats:
                              "status": status, "authorization": has_auth, "range": range_header,
                              "bytes_sent": sent, "fault": fault})
 
-    def snapshot(self) -> dict:
+    def snapshot(self, exclude: int | None = None, wait: float = SETTLE_SECONDS) -> dict:
         with self._lock:
+            self._settle(exclude, wait)
             out: dict[str, Any] = dict(self.requests)
             out["api"] = sum(self.requests[k] for k in ("whoami", "model_info", "auth_check", "tree", "paths_info", "refs"))
             out["resolve"] = self.requests["resolve_head"] + self.requests["resolve_get"]
@@ -230,13 +260,15 @@ class Stats:
             out["status"] = dict(self.status)
             return out
 
-    def requests_log(self) -> list[dict]:
+    def requests_log(self, exclude: int | None = None, wait: float = SETTLE_SECONDS) -> list[dict]:
         """Recorded requests in order of arrival (``t``); ``done`` is when the answer ended."""
         with self._lock:
+            self._settle(exclude, wait)
             return sorted(self.log, key=lambda r: r["t"])
 
-    def reset(self) -> None:
+    def reset(self, exclude: int | None = None, wait: float = SETTLE_SECONDS) -> None:
         with self._lock:
+            self._settle(exclude, wait)
             for d in (self.requests, self.authorized, self.ranged):
                 for k in d:
                     d[k] = 0

@@ -161,14 +161,14 @@ class LocalHub:
     def list_faults(self) -> list[dict]:
         return self.faults.list()
 
-    def stats(self) -> dict:
-        return self.stats_obj.snapshot()
+    def stats(self, _ticket: int | None = None) -> dict:
+        return self.stats_obj.snapshot(exclude=_ticket)
 
-    def reset_stats(self) -> None:
-        self.stats_obj.reset()
+    def reset_stats(self, _ticket: int | None = None) -> None:
+        self.stats_obj.reset(exclude=_ticket)
 
-    def requests_log(self) -> list[dict]:
-        return self.stats_obj.requests_log()
+    def requests_log(self, _ticket: int | None = None) -> list[dict]:
+        return self.stats_obj.requests_log(exclude=_ticket)
 
     @staticmethod
     def token(persona: str) -> str:

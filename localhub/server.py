@@ -134,6 +134,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         self.sent_bytes = 0
         self.fault_name: str | None = None
         self.started = time.time()
+        self.ticket = self.hub.stats_obj.begin()
         self.body = self._read_body()
         try:
             if self.kind != "admin":
@@ -156,7 +157,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
         finally:
             self.hub.stats_obj.record(self.kind, method, self.path, self.sent_status, self.has_auth,
-                                      self.headers.get("Range"), self.sent_bytes, self.fault_name, self.started)
+                                      self.headers.get("Range"), self.sent_bytes, self.fault_name, self.started,
+                                      ticket=self.ticket)
 
     def _read_body(self) -> bytes:
         length = self.headers.get("Content-Length")
@@ -511,12 +513,12 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     def _admin(self, path: str, method: str) -> None:
         hub = self.hub
         if path == "/_admin/stats" and method == "GET":
-            return self._send_json(hub.stats())
+            return self._send_json(hub.stats(self.ticket))
         if path == "/_admin/stats/reset" and method == "POST":
-            hub.reset_stats()
-            return self._send_json(hub.stats())
+            hub.reset_stats(self.ticket)
+            return self._send_json(hub.stats(self.ticket))
         if path == "/_admin/requests" and method == "GET":
-            return self._send_json(hub.requests_log())
+            return self._send_json(hub.requests_log(self.ticket))
         if path == "/_admin/faults":
             if method == "GET":
                 return self._send_json(hub.list_faults())

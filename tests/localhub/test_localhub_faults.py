@@ -141,3 +141,29 @@ def test_admin_stats_and_reset(clean_hub):
     assert status == 200 and stats["model_info"] == 0
     # a request is counted once answered: the reset call itself is the only one so far
     assert _admin(clean_hub, "GET", "/_admin/stats")[1]["admin"] == 1
+
+
+def test_stats_wait_for_a_request_still_being_recorded():
+    """The client can hold a whole answer before the server thread records it
+    (CI saw admin == 0 right after the reset call): readers wait for requests
+    that started before them, but never longer than the settle bound."""
+    import threading
+    import time
+
+    from localhub.faults import Stats
+
+    stats = Stats()
+    ticket = stats.begin()
+
+    def finish_late():
+        time.sleep(0.3)
+        stats.record("admin", "POST", "/_admin/stats/reset", 200, False, None, 2, None, ticket=ticket)
+
+    threading.Thread(target=finish_late).start()
+    assert stats.snapshot()["admin"] == 1
+
+    stalled = stats.begin()  # never recorded, like a stalled transfer
+    t0 = time.monotonic()
+    assert stats.snapshot(wait=0.2)["admin"] == 1
+    assert 0.2 <= time.monotonic() - t0 < 1.5
+    assert stats.snapshot(exclude=stalled, wait=5)["admin"] == 1  # a reader never waits for itself
