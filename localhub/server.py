@@ -178,6 +178,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             return "cdn_head" if method == "HEAD" else "cdn_get"
         if path == "/api/whoami-v2":
             return "whoami"
+        if path.startswith("/api/resolve-cache/"):
+            return "resolve_head" if method == "HEAD" else "resolve_get"
         segs = path.strip("/").split("/")
         if len(segs) >= 3 and segs[0] == "api" and segs[1] in REPO_TYPE_PLURAL:
             rest = segs[2:]
@@ -230,6 +232,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 raise HubError(401, INVALID_CREDENTIALS)
             return self._send_json(self.hub.whoami_json(persona))
         segs = path.split("/")[1:]
+        if len(segs) >= 5 and segs[:2] == ["api", "resolve-cache"] and segs[2] in REPO_TYPE_PLURAL:
+            return self._resolve_cache(REPO_TYPE_PLURAL[segs[2]], segs[3:], persona)
         if len(segs) >= 3 and segs[0] == "api" and segs[1] in REPO_TYPE_PLURAL:
             return self._api(REPO_TYPE_PLURAL[segs[1]], segs[2:], persona)
         repo_type = "model"
@@ -367,7 +371,18 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         self._send_json(out, 200, {"X-Repo-Commit": commit})
 
     # ------------------------------------------------------------ resolve / cdn
-    def _resolve(self, repo_type: str, repo_id: str, revision: str, file_path: str, persona) -> None:  # noqa: ANN001
+    def _resolve_cache(self, repo_type: str, segs: list[str], persona) -> None:  # noqa: ANN001
+        """``/api/resolve-cache/{type}s/{id}/{commit}/{path}``: where the Hub's 307 sends small files."""
+        repo_id, rest = self._split_repo(repo_type, segs)
+        if len(rest) < 2:
+            raise HubError(404, "Not Found")
+        file_path = "/".join(unquote(s) for s in rest[1:])
+        return self._resolve(repo_type, repo_id, unquote(rest[0]), file_path, persona, direct=True)
+
+    def _resolve(self, repo_type: str, repo_id: str, revision: str, file_path: str, persona,  # noqa: ANN001
+                 direct: bool = False) -> None:
+        """Like the Hub: LFS files 302 to the CDN origin (auth dropped by the client);
+        other files 307 to same-origin ``/api/resolve-cache/...`` (auth kept), unless ``direct``."""
         if self.method not in ("GET", "HEAD"):
             raise HubError(405, "Method not allowed")
         repo = self.hub.lookup(repo_type, repo_id, persona)
@@ -385,6 +400,13 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             body = f"Found. Redirecting to {location}".encode()
             return self._send(302, {**common, "Location": location, "X-Linked-Etag": f'"{f.sha256}"',
                                     "X-Linked-Size": str(f.size), "ETag": f'"{f.oid}"',
+                                    "Content-Type": "text/plain; charset=utf-8"}, body)
+        if not direct:
+            plural = "datasets" if repo_type == "dataset" else "models"
+            location = (f"/api/resolve-cache/{plural}/{repo.spec.repo_id}/{commit}/{quote(file_path)}"
+                        f"?etag={quote(chr(34) + f.oid + chr(34))}")
+            body = f"Temporary Redirect. Redirecting to {location}".encode()
+            return self._send(307, {**common, "Location": location, "ETag": f'"{f.oid}"',
                                     "Content-Type": "text/plain; charset=utf-8"}, body)
         headers = {**common, "ETag": f'"{f.oid}"', "Content-Type": _content_type(file_path),
                    "Content-Disposition": f"inline; filename*=UTF-8''{quote(file_path.rsplit('/', 1)[-1])}"}

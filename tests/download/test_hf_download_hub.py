@@ -146,6 +146,19 @@ def test_token_never_in_results_files_or_cdn_requests(hub, tmp_path):
     assert token not in json.dumps(res)
 
 
+def test_retry_of_a_small_gated_file_keeps_the_token_on_the_hubs_own_redirect(hub, tmp_path):
+    """The Hub answers small files with a 307 to its own /api/resolve-cache/...; a retry
+    that goes straight to that remembered URL must still carry the token (a CDN URL must not)."""
+    token = token_for("granted")
+    hub.set_faults([{"kind": "cut", "path_glob": "/api/resolve-cache/*", "fraction": 0.5, "count": 1}])
+    failed, res = run_download(hub, tmp_path / "g", repo_id=GATED, token=token)
+    assert not failed, res.get("msg")
+    assert hub.stats()["faults_fired"] == 1
+    assert_tree_matches(hub, GATED, tmp_path / "g")
+    cached = [r for r in hub.requests_log() if r["path"].startswith("/api/resolve-cache/")]
+    assert len(cached) >= 2 and all(r["authorization"] for r in cached), cached
+
+
 @pytest.mark.parametrize("persona, code, words", [
     (None, "no_token", "carried no token"),
     ("never_requested", "not_requested", "request access in a browser"),

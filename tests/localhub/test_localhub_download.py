@@ -114,7 +114,9 @@ def test_cdn_range_head_and_keepalive(hub):
         conn.close()
 
 
-def test_direct_resolve_of_small_file_has_length_etag_and_range(hub):
+def test_small_file_resolve_redirects_on_the_hub_origin_like_the_real_hub(hub):
+    """Non-LFS files: 307 to same-origin /api/resolve-cache/... (metadata on both hops),
+    which answers with length, ETag, X-Repo-Commit and Range like /resolve would."""
     repo = hub.repo(TARGET_REPO)
     cfg = repo.files["config.json"]
     conn = _conn(hub.url)
@@ -122,12 +124,38 @@ def test_direct_resolve_of_small_file_has_length_etag_and_range(hub):
         conn.request("HEAD", f"/{TARGET_REPO}/resolve/main/config.json")
         resp = conn.getresponse()
         resp.read()
+        assert resp.status == 307
+        location = resp.getheader("Location")
+        assert location.startswith(f"/api/resolve-cache/models/{TARGET_REPO}/{repo.commit}/config.json?")
+        assert resp.getheader("ETag") == f'"{cfg.oid}"' and resp.getheader("X-Repo-Commit") == repo.commit
+        conn.request("HEAD", location)
+        resp = conn.getresponse()
+        resp.read()
         assert resp.status == 200
         assert int(resp.getheader("Content-Length")) == cfg.size
         assert resp.getheader("ETag") == f'"{cfg.oid}"'
         assert resp.getheader("X-Repo-Commit") == repo.commit
-        conn.request("GET", f"/{TARGET_REPO}/resolve/main/config.json", headers={"Range": "bytes=0-0"})
+        conn.request("GET", location, headers={"Range": "bytes=0-0"})
         resp = conn.getresponse()
         assert resp.status == 206 and resp.read() == b"{"
+    finally:
+        conn.close()
+
+
+def test_resolve_cache_is_gated_like_resolve(hub):
+    from localhub import DRAFTER_REPO
+
+    repo = hub.repo(DRAFTER_REPO)
+    path = f"/api/resolve-cache/models/{DRAFTER_REPO}/{repo.commit}/config.json"
+    conn = _conn(hub.url)
+    try:
+        conn.request("HEAD", path)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 401 and resp.getheader("X-Error-Code") == "GatedRepo"
+        conn.request("HEAD", path, headers={"Authorization": f"Bearer {hub.token('granted')}"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 200 and int(resp.getheader("Content-Length")) == repo.files["config.json"].size
     finally:
         conn.close()
