@@ -17,7 +17,7 @@ description:
     E(HF_ENDPOINT) set on the controller would silently change what modules see on the hosts.
   - Supports pipelining (module source sent on stdin), which saves one file transfer
     and one C(chmod) per task.
-author: ct200-deploy developers
+author: ct200-deploy developers (@ct200-deploy)
 version_added: 0.1.0
 options:
   nsenter_pid:

@@ -18,7 +18,7 @@ description:
   - The C(ct200.deploy.model_weights) role feeds it the C(disk.needed_bytes) of a check-mode
     M(ct200.deploy.hf_download) per repository, so the target and the drafter are checked together.
   - Changes nothing. Standard library only.
-author: ct200-deploy developers
+author: ct200-deploy developers (@ct200-deploy)
 options:
   requirements:
     description: What will be written where.
@@ -41,11 +41,16 @@ options:
     description: Headroom that must stay free on each filesystem. Bytes, or a string such as C(10GB) or C(10GiB).
     type: raw
     default: 10GB
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
+  platform:
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -35,7 +35,7 @@ description:
     followed without the C(Authorization) header, like huggingface_hub does.
   - B(Progress.) While running, a JSON progress file (bytes done/total, rate, ETA, files) is rewritten every
     second, for a poller such as the C(ct200.deploy.model_weights) role, which runs this module with C(async).
-author: ct200-deploy developers
+author: ct200-deploy developers (@ct200-deploy)
 requirements:
   - huggingface_hub >= 2.4, < 2.5 on the managed host (not imported on a no-op re-run)
 options:
@@ -141,6 +141,8 @@ options:
         filesystems without that guarantee; the manifest is then fsynced too.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -149,6 +151,9 @@ attributes:
   diff_mode:
     support: full
     details: Lists the files that would be fetched, with the reason and the expected size and hash.
+  platform:
+    support: full
+    platforms: posix
 notes:
   - Only one download may write to a O(local_dir) at a time (a lock file enforces it).
   - Files are written as the user the module runs as, with mode 0644 (minus umask).
@@ -376,7 +381,7 @@ def main():
             allow_patterns=dict(type="list", elements="str"),
             ignore_patterns=dict(type="list", elements="str"),
             token=dict(type="str", no_log=True),
-            token_user=dict(type="str"),
+            token_user=dict(type="str", no_log=False),  # a user name, not a secret
             endpoint=dict(type="str"),
             max_workers=dict(type="int", default=8),
             min_free_bytes=dict(type="raw", default="10GB"),

@@ -19,7 +19,7 @@ description:
     RV(jobs) for the caller to report (the C(ct200.deploy.model_weights) role does).
   - Polling in plain YAML needs a recursive C(include_tasks) per round, which ansible-core 2.19 runs as Python
     recursion and aborts after about 200 rounds; this action loops instead.
-author: ct200-deploy developers
+author: ct200-deploy developers (@ct200-deploy)
 options:
   jobs:
     description: The jobs to wait for.
@@ -45,6 +45,9 @@ options:
     description: Give up waiting after this many seconds (the downloads keep running; a re-run resumes them).
     type: float
     default: 172800
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 attributes:
   action:
     support: full
@@ -54,6 +57,11 @@ attributes:
     support: none
     details: Only meaningful after real async downloads were started.
   diff_mode:
+    support: none
+  platform:
+    support: full
+    platforms: posix
+  bypass_host_loop:
     support: none
 notes:
   - Run it with the same C(become_user) as the async task, whose job files live in that user's C(~/.ansible_async).

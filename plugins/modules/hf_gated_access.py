@@ -20,7 +20,7 @@ description:
     the listing is an error, never counted as 0.
   - Fails when any required repository is not accessible, listing every such repository with its cause and
     fix in one message.
-author: ct200-deploy developers
+author: ct200-deploy developers (@ct200-deploy)
 requirements:
   - huggingface_hub >= 2.4, < 2.5 on the host that runs the module
 options:
@@ -70,12 +70,17 @@ options:
     description: Fail when a required repository is not accessible. With C(false), only report.
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: The module only reads; it runs the same checks in check mode.
   diff_mode:
     support: none
+  platform:
+    support: full
+    platforms: posix
 seealso:
   - module: ct200.deploy.hf_token
 notes:
@@ -112,7 +117,7 @@ auth:
     user: {description: Hub user name from whoami., type: str}
     token_role: {description: "read, write or fineGrained.", type: str}
     token_name: {description: The token's display name., type: str}
-    can_read_gated_repos: {description: For fine-grained tokens, the gated-repos read permission., type: bool}
+    can_read_gated_repos: {description: "For fine-grained tokens, the gated-repos read permission.", type: bool}
     fingerprint: {description: "sha256: + 12 hex digits of the token, never the token.", type: str}
     source: {description: "Where the token came from: explicit, env:HF_TOKEN, file:PATH.", type: str}
     message: {description: Human-readable summary., type: str}
@@ -192,7 +197,7 @@ def main():
                 required=dict(type="bool", default=True),
             )),
             token=dict(type="str", no_log=True),
-            token_user=dict(type="str"),
+            token_user=dict(type="str", no_log=False),  # a user name, not a secret
             endpoint=dict(type="str"),
             fail_on_denied=dict(type="bool", default=True),
         ),

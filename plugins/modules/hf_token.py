@@ -21,7 +21,7 @@ description:
   - The file is created with mode 0600 from its first byte, fsynced and renamed into place atomically.
     Idempotence uses a constant-time comparison of the contents; diffs and results carry fingerprints
     (C(sha256:) + 12 hex digits), never the token.
-author: ct200-deploy developers
+author: ct200-deploy developers (@ct200-deploy)
 requirements:
   - huggingface_hub >= 2.4, < 2.5 on the managed host (only when O(validate=true))
 options:
@@ -60,6 +60,8 @@ options:
     description: Keep a timestamped copy (mode preserved) of the file it replaces or removes.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -67,6 +69,9 @@ attributes:
   diff_mode:
     support: full
     details: The diff shows state, fingerprint, mode, owner and group, never the token.
+  platform:
+    support: full
+    platforms: posix
 seealso:
   - module: ct200.deploy.hf_gated_access
 """

@@ -26,10 +26,12 @@ description:
     ExecStartPost polls the health endpoint), then reads C(/server_info) and fails unless it reports the
     expected speculative algorithm, draft path and draft-token count; failures carry the last journal lines.
   - The service needs no Hugging Face token (C(HF_HUB_OFFLINE=1), local paths); token-like environment is refused.
-author: ct200-deploy developers
+author: ct200-deploy developers (@ct200-deploy)
 requirements:
   - systemd (C(systemctl), C(systemd-analyze)) on the managed host
   - SGLang in the venv of O(python), unless O(sglang_version) is set
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full

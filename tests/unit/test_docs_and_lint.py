@@ -55,3 +55,42 @@ def test_role_has_argument_specs_that_render(role):
 def test_ansible_lint_production_profile():
     res = tool("ansible-lint", "--profile", "production", "--offline", timeout=900)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+
+
+def test_ansible_test_validate_modules(tmp_path):
+    """ansible-test's validate-modules: DOCUMENTATION, argument_spec and RETURN agree, no_log
+    where an option looks secret. It needs the collection at ansible_collections/NS/NAME in a
+    git tree, so the tracked files are copied there."""
+    import shutil
+
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            text=True, check=True).stdout.split("\n")
+    dest = tmp_path / "ansible_collections" / "ct200" / "deploy"
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if rel.startswith("collections/") or not src.is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
+    # a private HOME keeps ansible-test's venv cache in the checkout and holds the pip bootstrap
+    home = REPO / ".cache" / "ansible-test-home"
+    cache = home / ".ansible" / "test" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO / "tools" / "ansible_test_get_pip.py", cache / ("get_pip_%s.py" % _ansible_test_pip().replace(".", "_")))
+    env = dict(os.environ, HOME=str(home), PATH=str(BIN) + os.pathsep + os.environ["PATH"])
+    env.pop("ANSIBLE_CONFIG", None)
+    res = subprocess.run([str(BIN / "ansible-test"), "sanity", "--test", "validate-modules",
+                          "--python", "%d.%d" % sys.version_info[:2]],
+                         cwd=dest, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    assert 'Running sanity test "validate-modules"' in res.stdout + res.stderr
+
+
+def _ansible_test_pip():
+    """The pip version ansible-test bootstraps its sanity venvs with (it names the cached script)."""
+    import ansible_test
+
+    source = (Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py").read_text()
+    return re.search(r"pip='([0-9.]+)'", source).group(1)
