@@ -151,8 +151,8 @@ def check_repo(hf_api, repo, resolved, auth, endpoint):
         return result
     result["bytes"] = sum(files[p].size for p in selected)
     if result["accessible"]:
-        result["message"] = "%s access to %s (%d files, %d bytes)" % (result["access"], repo["repo_id"],
-                                                                       len(selected), result["bytes"])
+        result["message"] = "%s access to %s (%d files, %d bytes)" % (
+            result["access"], repo["repo_id"], len(selected), result["bytes"])
     return result
 
 

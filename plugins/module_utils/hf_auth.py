@@ -101,8 +101,8 @@ def hf_token_path(user: str | None = None, environ=None) -> str:
         home = user_home(None)
         if env.get("HF_TOKEN_PATH"):
             return _expand(env["HF_TOKEN_PATH"], home)
-        hf_home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"),
-                                                    "huggingface")
+        cache_home = env.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+        hf_home = env.get("HF_HOME") or os.path.join(cache_home, "huggingface")
         return os.path.join(_expand(hf_home, home), "token")
     return os.path.join(user_home(user), ".cache", "huggingface", "token")
 

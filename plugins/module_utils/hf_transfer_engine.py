@@ -721,7 +721,7 @@ class Engine(object):
     def _save_states(self, force=False):
         with self.lock:
             todo = [(j, j.state()) for j in self.jobs if j.started and not j.done and (j.state_dirty or force)]
-            for job, _ in todo:
+            for job, _state in todo:
                 job.state_dirty = False
         for job, state in todo:
             try:

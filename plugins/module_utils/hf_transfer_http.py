@@ -278,7 +278,7 @@ def open_stream(conns, url, headers, byte_range=None, allowed_origins=HUB_ORIGIN
     if byte_range is not None:
         headers["Range"] = "bytes=%d-%d" % byte_range
     current = url
-    for _ in range(_MAX_REDIRECTS):
+    for _hop in range(_MAX_REDIRECTS):
         conn, resp = _send(conns, "GET", current, headers, on_socket)
         status = resp.status
         if status in (301, 302, 303, 307, 308):

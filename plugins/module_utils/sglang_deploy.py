@@ -266,14 +266,14 @@ def deploy(host, params: Dict[str, Any]) -> Dict[str, Any]:
     ]
     changed_files = [(p, c, m) for p, c, m in files if unit.read_text(p) != c or
                      (os.path.exists(p) and (os.stat(p).st_mode & 0o7777) != m)]
-    result["changed_files"] = [p for p, _, _ in changed_files]
+    result["changed_files"] = [p for p, _content, _mode in changed_files]
     unit_changed = result["unit_path"] in result["changed_files"]
     if changed_files:
         result["changed"] = True
     if host.diff_mode:
         result["diff"] = [
             {"before": unit.read_text(p) or "", "after": c, "before_header": p, "after_header": p}
-            for p, c, _ in changed_files if p != wait_path
+            for p, c, _mode in changed_files if p != wait_path
         ]
     applied_path = os.path.join(spec.env_dir, ".%s.applied" % spec.name)
     applied_hash = _sha(unit_text, env_text, unit.WAIT_HEALTHY_SCRIPT)
@@ -397,9 +397,8 @@ def _prove(host, sd: Systemd, spec: specmod.Spec, result: Dict[str, Any]) -> Non
         raise DeployError("%s answered %s without a JSON object" % (info_url, status),
                           journal=sd.journal(), **_keep(result))
     problems = specmod.compare_server_info(result["expected_server_info"], info)
-    result["server_info"] = {k: info.get(k) for k in sorted(set(result["expected_server_info"]) |
-                                                           {"version", "standin", "served_model_name",
-                                                            "model_path"}) if k in info}
+    shown = set(result["expected_server_info"]) | {"version", "standin", "served_model_name", "model_path"}
+    result["server_info"] = {k: info.get(k) for k in sorted(shown) if k in info}
     if problems:
         raise DeployError("%s runs but does not serve what was rendered: %s"
                           % (spec.unit_name, "; ".join(problems)), journal=sd.journal(), **_keep(result))

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
 from ansible_collections.ct200.deploy.plugins.module_utils.sglang_flags import (
-    DDTREE_DIALECTS,
     Dialect,
     unknown_options,
 )
@@ -391,8 +390,8 @@ def validate(
     if gpus and len(gpus) % per_instance != 0:
         problems.append(
             "tp %d x pp %d = %d GPUs per replica does not divide the %d GPUs in gpus %s; "
-            "use a tp that divides %d or list %d GPUs" % (spec.tp, spec.pp, per_instance, len(gpus), gpus,
-                                                      len(gpus), per_instance)
+            "use a tp that divides %d or list %d GPUs" % (
+                spec.tp, spec.pp, per_instance, len(gpus), gpus, len(gpus), per_instance)
         )
     elif gpus and len(gpus) > per_instance:
         problems.append(
@@ -718,8 +717,8 @@ def _check_memory(spec, target, draft, gpu_mem, gpu_count, problems, warnings):
     if per_gpu <= usable:
         return
     if draft_bytes:
-        weights = "weights %s (target %s + draft %s)" % (_fmt_gb(total), _fmt_gb(target.weight_bytes),
-                                                        _fmt_gb(draft_bytes))
+        weights = "weights %s (target %s + draft %s)" % (
+            _fmt_gb(total), _fmt_gb(target.weight_bytes), _fmt_gb(draft_bytes))
     else:
         weights = "weights %s" % _fmt_gb(total)
     split = "tp %d" % spec.tp if spec.pp == 1 else "tp %d x pp %d" % (spec.tp, spec.pp)

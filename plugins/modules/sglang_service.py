@@ -401,7 +401,8 @@ expected_server_info:
   description: Fields C(/server_info) must report.
   returned: when state is not absent
   type: dict
-  sample: {"speculative_algorithm": "DFLASH", "speculative_draft_model_path": "/models/z-lab/Kimi-K2.6-DFlash", "speculative_num_draft_tokens": 16, "tp_size": 8}
+  sample: {"speculative_algorithm": "DFLASH", "speculative_draft_model_path": "/models/z-lab/Kimi-K2.6-DFlash",
+           "speculative_num_draft_tokens": 16, "tp_size": 8}
 server_info:
   description: The checked fields as the running server reported them.
   returned: when state is started and the check ran

@@ -57,21 +57,27 @@ def test_ansible_lint_production_profile():
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
 
 
-def test_ansible_test_validate_modules(tmp_path):
-    """ansible-test's validate-modules: DOCUMENTATION, argument_spec and RETURN agree, no_log
-    where an option looks secret. It needs the collection at ansible_collections/NS/NAME in a
-    git tree, so the tracked files are copied there."""
+def test_ansible_test_sanity_on_plugins(tmp_path):
+    """ansible-test sanity on what the collection ships (plugins/): validate-modules (DOCUMENTATION,
+    argument_spec and RETURN agree, no_log where an option looks secret), import, pep8, pylint,
+    yamllint of the docs, shebangs. It needs the collection at ansible_collections/NS/NAME in a git
+    tree, so the tracked files are copied there, next to the community.docker it depends on."""
     import shutil
+
+    import ansible_collections.community.docker as community_docker
 
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
                             text=True, check=True).stdout.split("\n")
-    dest = tmp_path / "ansible_collections" / "ct200" / "deploy"
+    root = tmp_path / "ansible_collections"
+    dest = root / "ct200" / "deploy"
     for rel in filter(None, listed):
         src = REPO / rel
         if rel.startswith("collections/") or not src.is_file():
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dest / rel)
+    (root / "community").mkdir()
+    (root / "community" / "docker").symlink_to(Path(community_docker.__path__[0]))
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
     # a private HOME keeps ansible-test's venv cache in the checkout and holds the pip bootstrap
@@ -81,11 +87,12 @@ def test_ansible_test_validate_modules(tmp_path):
     shutil.copy2(REPO / "tools" / "ansible_test_get_pip.py", cache / ("get_pip_%s.py" % _ansible_test_pip().replace(".", "_")))
     env = dict(os.environ, HOME=str(home), PATH=str(BIN) + os.pathsep + os.environ["PATH"])
     env.pop("ANSIBLE_CONFIG", None)
-    res = subprocess.run([str(BIN / "ansible-test"), "sanity", "--test", "validate-modules",
-                          "--python", "%d.%d" % sys.version_info[:2]],
-                         cwd=dest, env=env, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
-    assert 'Running sanity test "validate-modules"' in res.stdout + res.stderr
+    res = subprocess.run([str(BIN / "ansible-test"), "sanity", "--python", "%d.%d" % sys.version_info[:2], "plugins/"],
+                         cwd=dest, env=env, capture_output=True, text=True, timeout=1500)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    for test in ("validate-modules", "import", "pep8", "pylint", "yamllint"):
+        assert 'Running sanity test "%s"' % test in out, out[-3000:]
 
 
 def _ansible_test_pip():
