@@ -65,6 +65,22 @@ def test_fine_grained_without_scope_decided_by_whoami_even_with_a_generic_messag
     assert "canReadGatedRepos=true" in v.fix and "'ci'" in v.fix
 
 
+def test_fine_grained_scope_when_whoami_does_not_report_it():
+    # the Hub's own wording for the missing scope
+    exc = hub_error(403, "GatedRepo", "Please enable access to public gated repositories in your fine-grained "
+                    "token settings to view this repository.")
+    assert hf_errors.classify(exc, ctx(token_role="fineGrained")).code == "token_lacks_gated_scope"
+    # a gate refusal of no known kind for a fine-grained token of unknown scope: the scope is the likely cause
+    exc = hub_error(403, "GatedRepo", "Cannot access gated repo.")
+    assert hf_errors.classify(exc, ctx(token_role="fineGrained")).code == "token_lacks_gated_scope"
+    # ... but not for a read token, nor when the Hub says why
+    assert hf_errors.classify(exc, ctx(token_role="read")).code == "not_requested"
+    exc = hub_error(403, "GatedRepo", "Access to model z-lab/Kimi-K2.6-DFlash is restricted and you are not in the "
+                    "authorized list. Visit https://huggingface.co/z-lab/Kimi-K2.6-DFlash to ask for access.")
+    assert hf_errors.classify(exc, ctx(token_role="fineGrained", can_read_gated=True)).code == "not_requested"
+    assert hf_errors.classify(exc, ctx(token_role="fineGrained")).code == "not_requested"
+
+
 def test_invalid_token_is_a_plain_401_without_error_code():
     exc = hub_error(401, None, "Invalid credentials in Authorization header")
     assert type(exc).__name__ == "HfHubHTTPError"
