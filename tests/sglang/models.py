@@ -7,59 +7,22 @@ import copy
 import json
 import os
 
+from localhub.repos import kimi_config
+
 KIMI_WEIGHT_BYTES = 595_303_280_640  # ~595.3 GB, the Kimi-K2.6 INT4 checkpoint
 KIMI_DRAFT_WEIGHT_BYTES = 3_021_000_000
 QWEN36_WEIGHT_BYTES = 53_800_000_000
 
-KIMI_TEXT = {
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "model_type": "kimi_k2",
-    "vocab_size": 163840,
-    "hidden_size": 7168,
-    "intermediate_size": 18432,
-    "moe_intermediate_size": 2048,
-    "num_hidden_layers": 61,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 64,
-    "n_shared_experts": 1,
-    "n_routed_experts": 384,
-    "num_experts_per_tok": 8,
-    "first_k_dense_replace": 1,
-    "kv_lora_rank": 512,
-    "q_lora_rank": 1536,
-    "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64,
-    "v_head_dim": 128,
-    "max_position_embeddings": 262144,
-    "rope_theta": 50000.0,
-    "rope_scaling": {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
-                     "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
-    "torch_dtype": "bfloat16",
-    "quantization_config": {
-        "quant_method": "compressed-tensors",
-        "format": "pack-quantized",
-        "config_groups": {"group_0": {"targets": ["Linear"], "weights": {
-            "num_bits": 4, "type": "int", "symmetric": True, "group_size": 32, "strategy": "group",
-            "dynamic": False, "actorder": None, "observer": "minmax"},
-            "input_activations": None, "output_activations": None}},
-        "ignore": ["lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"],
-        "kv_cache_scheme": None,
-        "quantization_status": "compressed",
-    },
-}
-# The real repo also has auto_map (custom code files); left out so SGLang's
-# resolver reads the config with its own KimiK25Config instead of importing
-# configuration_kimi_k25.py, which these fixtures do not ship.
-KIMI_CONFIG = {
-    "architectures": ["KimiK25ForConditionalGeneration"],
-    "model_type": "kimi_k25",
-    "media_placeholder_token_id": 163605,
-    "pad_token_id": 163839,
-    "torch_dtype": "bfloat16",
-    "text_config": KIMI_TEXT,
-    "vision_config": {"patch_size": 14, "num_attention_heads": 16, "num_hidden_layers": 27,
-                      "hidden_size": 1152, "intermediate_size": 4304, "text_hidden_size": 7168},
-}
+def _kimi_config():
+    """The same Kimi-K2.6 config.json the local Hub serves, minus auto_map: the real repo ships
+    custom code files these fixtures do not, and without auto_map SGLang's resolver reads the
+    config with its own KimiK25Config instead of importing configuration_kimi_k25.py."""
+    cfg = kimi_config()
+    del cfg["auto_map"]
+    return cfg
+
+
+KIMI_CONFIG = _kimi_config()
 KIMI_DRAFT_CONFIG = {
     "architectures": ["DFlashDraftModel"],
     "model_type": "qwen3",
