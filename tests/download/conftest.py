@@ -35,5 +35,3 @@ def hub(dl_hub):
     dl_hub.reset_stats()
     yield dl_hub
     dl_hub.clear_faults()
-
-

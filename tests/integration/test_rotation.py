@@ -1,6 +1,5 @@
 """rotate_hf_token.yml on a 3-host sandbox fleet: verify-before-swap, canary, idempotence."""
 
-import json
 import os
 import subprocess
 import sys

@@ -43,5 +43,3 @@ def attempt(fn, *args, **kwargs):
     except Exception as e:  # noqa: BLE001
         return {"ok": False, **err(e)}
 '''
-
-

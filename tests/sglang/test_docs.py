@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import yaml
 
 from ansible_collections.ct200.deploy.plugins.module_utils.sglang_spec import ARGUMENT_SPEC

@@ -1,11 +1,10 @@
 """Flag dialects: built-in tables vs the real parsers, renames, DDTree detection, probing with a cache."""
-import json
 import os
 import subprocess
 
 import pytest
 
-from conftest import VERSIONS, manifest, parse_venv_python, real_dialect, require_parse_venv
+from conftest import VERSIONS, manifest, real_dialect, require_parse_venv
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_flags as flags
 
 

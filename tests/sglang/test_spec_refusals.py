@@ -1,6 +1,5 @@
 """Every validation refusal: the spec is refused before rendering, with the numbers and the fix."""
 import copy
-import os
 
 import pytest
 

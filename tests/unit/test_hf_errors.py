@@ -110,10 +110,9 @@ def test_rate_limit_and_server_error():
 
 
 def test_unreachable_endpoint():
-    try:
+    with pytest.raises(Exception) as err:  # real connection refused on a closed port
         httpx2.get("http://127.0.0.1:9/api/whoami-v2", timeout=2)
-    except Exception as exc:  # real connection refused on a closed port
-        v = hf_errors.classify(exc, ctx(endpoint="http://127.0.0.1:9"))
+    v = hf_errors.classify(err.value, ctx(endpoint="http://127.0.0.1:9"))
     assert v.code == "unreachable" and "http://127.0.0.1:9" in v.fix
 
 
