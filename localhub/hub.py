@@ -82,6 +82,12 @@ class LocalHub:
         self.port: int | None = None
         self.cdn_host = cdn_host or ("127.0.0.1" if host == "localhost" else "localhost")
         self.log_file = Path(log_file) if log_file else None
+        # Behaviours of other Hub implementations and mirrors, for robustness tests
+        # (plain attributes: flip them on a running hub, restore them after):
+        # serve LFS bytes straight from /resolve instead of a 302 to the CDN origin,
+        # and answer every Range request with the whole file (200).
+        self.lfs_redirect = True
+        self.honour_range = True
         self.faults = FaultSet()
         self.stats_obj = Stats()
         self.stop_event = threading.Event()

@@ -395,6 +395,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if f is None:
             raise HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": commit})
         common = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes", "Vary": "Origin, Accept-Encoding"}
+        if f.lfs and not self.hub.lfs_redirect:
+            return self._send_file(f.disk_path, f.size, {**common, "ETag": f'"{f.sha256}"',
+                                                         "X-Linked-Etag": f'"{f.sha256}"',
+                                                         "Content-Type": "application/octet-stream"})
         if f.lfs:
             location = f"{self.hub.cdn_url}/cdn/{f.sha256}"
             body = f"Found. Redirecting to {location}".encode()
@@ -426,7 +430,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
 
     def _parse_range(self, size: int) -> tuple[int, int] | None:
         header = self.headers.get("Range")
-        if not header:
+        if not header or not self.hub.honour_range:
             return None
         unit, _, spec = header.strip().partition("=")
         if unit.strip().lower() != "bytes" or "," in spec:
@@ -448,6 +452,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
 
     def _send_file(self, disk_path, size: int, headers: dict[str, str]) -> None:  # noqa: ANN001
         byte_range = self._parse_range(size)
+        if not self.hub.honour_range:
+            headers = {**headers, "Accept-Ranges": "none"}
         if byte_range is None:
             status, start, length = 200, 0, size
         else:

@@ -35,3 +35,4 @@ def hub(dl_hub):
     dl_hub.reset_stats()
     yield dl_hub
     dl_hub.clear_faults()
+    dl_hub.lfs_redirect = dl_hub.honour_range = True

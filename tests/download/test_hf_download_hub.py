@@ -453,3 +453,41 @@ def test_offline_rerun_uses_the_manifest_and_refuses_what_it_cannot_answer(hub, 
     failed, res = run_download(hub, dest, env={"HF_HUB_OFFLINE": "1"})
     assert failed and res["code"] == "offline" and "HF_HUB_OFFLINE" in res["msg"]
     assert sum(v for k, v in hub.stats().items() if isinstance(v, int) and k != "faults_fired") == 0
+
+
+def test_a_server_that_ignores_range_still_yields_whole_verified_files(hub, tmp_path):
+    """Some mirrors and proxies answer Range with the whole file (200). Split transfers and the
+    retry after a cut body must then read from byte 0 and still end with verified files."""
+    hub.honour_range = False
+    sha = hub_files(hub, BIG)["model-00001-of-00002.safetensors"][1]
+    hub.set_faults([{"kind": "cut", "path_glob": "/cdn/%s" % sha, "fraction": 0.5, "count": 1}])
+    dest = tmp_path / "b"
+    failed, res = run_download(hub, dest, repo_id=BIG, max_workers=4, min_split_size="8MiB")
+    assert not failed, res["msg"]
+    # bytes before each segment's start were skipped, not written: no hash mismatch, no refetch
+    assert res["refetched"] == [] and res["bytes_downloaded"] == res["bytes_total"]
+    assert hub.stats()["faults_fired"] == 1
+    assert_tree_matches(hub, BIG, dest)
+    assert "206" not in hub.stats()["status"], "the server never honoured a range"
+    gets = [r for r in hub.requests_log() if r["kind"] == "cdn_get" and sha in r["path"]]
+    assert len(gets) >= 2 and any(r["range"] for r in gets), gets  # split and retried, ranges ignored
+    assert not (dest / ".ct200" / "tmp").exists() or not os.listdir(dest / ".ct200" / "tmp")
+
+
+def test_lfs_bytes_served_straight_from_resolve_are_verified_and_keep_the_token(hub, tmp_path):
+    """A Hub (or mirror) that answers LFS files on /resolve itself, without the CDN redirect."""
+    hub.lfs_redirect = False
+    token = token_for("granted")
+    failed, res = run_download(hub, tmp_path / "g", repo_id=GATED, token=token)
+    assert not failed, res.get("msg")
+    assert_tree_matches(hub, GATED, tmp_path / "g")
+    stats = hub.stats()
+    assert stats["cdn_get"] == 0 and stats["resolve_get"] >= 2
+    assert stats["authorized"]["resolve_get"] == stats["resolve_get"], "every /resolve GET carries the token"
+    # same-size corruption on that path is still caught by the sha256 from the tree
+    hub.reset_stats()
+    hub.set_faults([{"kind": "corrupt", "path_glob": "/%s/resolve/*/model.safetensors" % GATED, "count": 1}])
+    failed, res = run_download(hub, tmp_path / "g2", repo_id=GATED, token=token)
+    assert not failed, res.get("msg")
+    assert hub.stats()["faults_fired"] == 1 and res["refetched"] == ["model.safetensors"]
+    assert_tree_matches(hub, GATED, tmp_path / "g2")
