@@ -95,7 +95,7 @@ def git_tree_sha1(entries: list[tuple[str, str, str]]) -> str:
     """entries: (mode, name, hex sha1); mode '100644' or '40000'."""
 
     def sort_key(entry: tuple[str, str, str]) -> bytes:
-        mode, name, _ = entry
+        mode, name, _unused = entry
         return (name + "/" if mode == "40000" else name).encode()
 
     body = b"".join(

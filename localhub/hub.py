@@ -229,7 +229,7 @@ class LocalHub:
     def authenticate(self, authorization: str | None) -> Persona | _Invalid | None:
         if authorization is None:
             return None
-        scheme, _, token = authorization.strip().partition(" ")
+        scheme, _unused, token = authorization.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return INVALID
         token = token.strip()

@@ -313,7 +313,7 @@ def _split(names: list[str], count: int) -> list[list[str]]:
     while len(names) < count:
         names.append(f"language_model.model.layers.60.mlp.experts.extra_{extra}.weight_packed")
         extra += 1
-    groups: list[list[str]] = [[] for _ in range(count)]
+    groups: list[list[str]] = [[] for _unused in range(count)]
     for i, name in enumerate(names):
         groups[i * count // len(names)].append(name)
     return groups

@@ -432,10 +432,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         header = self.headers.get("Range")
         if not header or not self.hub.honour_range:
             return None
-        unit, _, spec = header.strip().partition("=")
+        unit, _unused, spec = header.strip().partition("=")
         if unit.strip().lower() != "bytes" or "," in spec:
             return None  # unsupported: serve the whole file
-        start_s, _, end_s = spec.strip().partition("-")
+        start_s, _unused, end_s = spec.strip().partition("-")
         try:
             if start_s == "":
                 suffix = int(end_s)
@@ -498,7 +498,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         while (remaining := deadline - time.monotonic()) > 0:
             if self.hub.stop_event.is_set():
                 return False
-            readable, _, _ = select.select([self.connection], [], [], min(remaining, 0.2))
+            readable, _unused, _unused = select.select([self.connection], [], [], min(remaining, 0.2))
             if readable:
                 try:
                     if self.connection.recv(1, socket.MSG_PEEK) == b"":

@@ -327,7 +327,7 @@ def stop_host(name: str, nspawn_pid: int | None, bases: list[Path], grace: float
         problems.append(f"{name}: processes survive SIGKILL: {host_pids(name, bases)}")
     for base in bases:
         gone = False
-        for _ in range(25):
+        for _unused in range(25):
             if rmdir_tree(base / name):
                 gone = True
                 break
@@ -634,7 +634,7 @@ def cmd_exec(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     default_state = os.environ.get("CT200_SANDBOX_STATE", str(DEFAULT_STATE))
-    p = argparse.ArgumentParser(prog="sandbox.sh", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="sandbox.sh", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="boot N hosts")
     up.add_argument("count", type=int, metavar="N", nargs="?")

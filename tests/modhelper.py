@@ -38,7 +38,7 @@ def run_module_process(name, args, env=None, check_mode=False, diff=False, pytho
     full_env.update(env or {})
     payload = json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)})
     proc = subprocess.run([python or sys.executable, os.path.join(REPO_ROOT, "plugins", "modules", name + ".py")],
-                          input=payload, capture_output=True, text=True, env=full_env, timeout=timeout)
+                          input=payload, capture_output=True, text=True, env=full_env, timeout=timeout, check=False)
     text = proc.stdout
     try:
         result = json.loads(text[text.index("{"):])

@@ -125,11 +125,11 @@ def clean_dir(path):
 
 def timed(cmd, env=None, cwd=None, stdin=None):
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=cwd, input=stdin, capture_output=True, text=True)
+    proc = subprocess.run(cmd, env=env, cwd=cwd, input=stdin, capture_output=True, text=True, check=False)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit("command failed (%s): %s\n%s\n%s" % (proc.returncode, " ".join(cmd)[:300],
-                                                             proc.stdout[-2000:], proc.stderr[-2000:]))
+        raise SystemExit("command failed (%s): %s\n%s\n%s" % (
+            proc.returncode, " ".join(cmd)[:300], proc.stdout[-2000:], proc.stderr[-2000:]))
     return dt, proc
 
 
@@ -195,8 +195,8 @@ def bench_throughput(hub, repo_id, work, repeat, verify, buffered=True):
 
     def hf_cli():
         clean_dir(out)
-        dt, _ = timed([os.path.join(VENV_BIN, "hf"), "download", repo_id, "--local-dir", os.path.join(out, "hf")],
-                      env=hf_env(hub, os.path.join(out, ".hfhome")))
+        dt, _unused = timed([os.path.join(VENV_BIN, "hf"), "download", repo_id, "--local-dir", os.path.join(out, "hf")],
+                            env=hf_env(hub, os.path.join(out, ".hfhome")))
         if verify:
             verify_files(os.path.join(out, "hf"), lfs)
         return dt, None
@@ -211,7 +211,7 @@ def bench_throughput(hub, repo_id, work, repeat, verify, buffered=True):
     tools = [("curl_parallel", curl), ("hf_cli", hf_cli), ("hf_download", ours)]
     if buffered:  # the same module writing through the page cache like curl and hf do
         tools.append(("hf_download_buffered", lambda: ours(direct_io=False)))
-    times = dict((name, []) for name, _ in tools)
+    times = dict((name, []) for name, _unused in tools)
     rates = []
     for r in range(repeat):
         order = tools[r % len(tools):] + tools[:r % len(tools)]  # rotate: no tool always runs first
@@ -257,18 +257,19 @@ def bench_reruns(hub, small, large, work, repeat, with_hf):
 
     def hf_rerun(label):
         repo_id, local = dirs[label]
-        dt, _ = timed([os.path.join(VENV_BIN, "hf"), "download", repo_id, "--local-dir", local],
-                      env=hf_env(hub, os.path.join(work, ".hfhome")))
+        dt, _unused = timed([os.path.join(VENV_BIN, "hf"), "download", repo_id, "--local-dir", local],
+                            env=hf_env(hub, os.path.join(work, ".hfhome")))
         return dt
 
     for label in ("1g", "8g"):
-        res[label]["rerun_s"] = [round(ours_rerun(label)[0], 3) for _ in range(repeat)]
+        res[label]["rerun_s"] = [round(ours_rerun(label)[0], 3) for _unused in range(repeat)]
         commit = hub.commit(dirs[label][0])
-        res[label]["rerun_pinned_s"] = [round(ours_rerun(label, revision=commit)[0], 3) for _ in range(repeat)]
+        res[label]["rerun_pinned_s"] = [round(ours_rerun(label, revision=commit)[0], 3) for _unused in range(repeat)]
         if with_hf:
             res[label]["hf_adopt_s"] = round(hf_rerun(label), 2)  # hf hashes files it has no metadata for
-            res[label]["hf_rerun_s"] = [round(hf_rerun(label), 3) for _ in range(repeat)]
+            res[label]["hf_rerun_s"] = [round(hf_rerun(label), 3) for _unused in range(repeat)]
     # touch every file, then re-run: ours samples 16 x 64 KiB per file, hf re-hashes everything
+
     def touch_all(local):
         now = time.time() + 60 + time.monotonic() % 1000
         for root, subdirs, names in os.walk(local):
@@ -280,7 +281,7 @@ def bench_reruns(hub, small, large, work, repeat, with_hf):
     for label in ("1g", "8g"):
         _repo, local = dirs[label]
         res[label]["touched_rerun_s"] = []
-        for _ in range(repeat):
+        for _unused in range(repeat):
             touch_all(local)
             dt, r = ours_rerun(label)
             res[label]["touched_rerun_s"].append(round(dt, 3))
@@ -375,7 +376,7 @@ def bench_noop(hub, repo_id, work, calls, repeat):
 
 # ----------------------------------------------------------------------- main
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--data", default=os.path.join(REPO_ROOT, ".cache", "bench"))
     parser.add_argument("--throughput-repo", default="4x1GiB", help="COUNTxSIZE of the throughput repo")
     parser.add_argument("--rerun-small", default="8x128MiB", help="1 GiB of present weights")

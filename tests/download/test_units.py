@@ -204,7 +204,7 @@ def test_selection_matches_huggingface_hub(allow, ignore):
     paths = ["config.json", "README.md", ".gitattributes", "model-00001.safetensors", "model-00002.safetensors",
              "model-00003.safetensors", "extra/a.bin", "extra/b/c.json", "sub/x.json", "sub/deep/y.json"]
     tree = {p: tr.tree_entry(1, "o", False) for p in paths}
-    ours, _ = tr.select(tree, [allow] if isinstance(allow, str) else allow, [ignore] if isinstance(ignore, str) else ignore)
+    ours, _unused = tr.select(tree, [allow] if isinstance(allow, str) else allow, [ignore] if isinstance(ignore, str) else ignore)
     theirs = sorted(filter_repo_objects(paths, allow_patterns=allow, ignore_patterns=ignore))
     assert ours == theirs
 
@@ -267,8 +267,8 @@ def test_plan_categories(tmp_path):
     assert "corrupt.safetensors" not in m.files
 
     full = tr.make_plan(_opts(d, verify="full"), "c" * 40, tree, m)
-    assert full.hashed == 5 and {f.path for f in full.to_fetch} == {"corrupt.safetensors", "short.safetensors",
-                                                                      "missing.safetensors"}
+    assert full.hashed == 5
+    assert {f.path for f in full.to_fetch} == {"corrupt.safetensors", "short.safetensors", "missing.safetensors"}
     size_only = tr.make_plan(_opts(d, verify="size"), "c" * 40, tree, mf.Manifest.load(d))
     assert size_only.hashed == 0
     assert {f.path for f in size_only.to_fetch} == {"short.safetensors", "missing.safetensors"}

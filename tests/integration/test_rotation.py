@@ -19,10 +19,10 @@ def fleet(tmp_path):
     state = tmp_path / "fleet.json"
     up = subprocess.run([SANDBOX, "up", "--names", "rot-1,rot-2,rot-3", "--state", str(state), "--recreate",
                          "--bind", "%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
-                        capture_output=True, text=True, timeout=180)
+                        capture_output=True, text=True, timeout=180, check=False)
     assert up.returncode == 0, up.stderr
     yield state
-    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120)
+    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
 
 
 def playbook(name, state, hub, tmp_path, current, nxt, *extra):
@@ -36,7 +36,7 @@ def playbook(name, state, hub, tmp_path, current, nxt, *extra):
                CT200_HF_ENDPOINT=hub.url, ANSIBLE_NOCOLOR="1", **files)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
     proc = subprocess.run(["ansible-playbook", name, "-i", "inventories/sandbox", *extra], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -44,7 +44,7 @@ def fingerprints(state):
     out = {}
     for host in ("rot-1", "rot-2", "rot-3"):
         r = subprocess.run([SANDBOX, "exec", "--state", str(state), host, "--", "sha256sum",
-                            "/root/.cache/huggingface/token"], capture_output=True, text=True, timeout=60)
+                            "/root/.cache/huggingface/token"], capture_output=True, text=True, timeout=60, check=False)
         out[host] = r.stdout.split()[0] if r.returncode == 0 else None
     return out
 

@@ -30,7 +30,7 @@ NOT_RUNNING = "sandbox is not running: run scripts/sandbox.sh up N"
 def run_fleet(state: Path, *args):
     env = dict(os.environ, CT200_SANDBOX_STATE=str(state))
     return subprocess.run([sys.executable, str(FLEET), *(args or ("--list",))], env=env,
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30, check=False)
 
 
 def venv_env(**extra):
@@ -78,7 +78,7 @@ def test_inventory_fails_through_ansible_too(tmp_path):
                           str(REPO / "inventories" / "sandbox"), str(playbook)],
                          env=venv_env(CT200_SANDBOX_STATE=str(tmp_path / "none.json"),
                                       ANSIBLE_CONFIG=str(REPO / "ansible.cfg")),
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
+                         cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode != 0
     assert NOT_RUNNING in res.stdout + res.stderr
 
@@ -94,7 +94,7 @@ def test_inventory_maps_state_to_nsenter_hostvars(tmp_path):
         state.write_text(json.dumps({"status": "running", "hosts": [
             {"name": "t-1", "index": 1, "nspawn_pid": 0, "leader_pid": proc.pid},
             {"name": "t-2", "index": 2, "nspawn_pid": 0, "leader_pid": proc.pid}]}))
-        for _ in range(50):  # comm is set at exec
+        for _unused in range(50):  # comm is set at exec
             if Path(f"/proc/{proc.pid}/comm").read_text().strip() == "systemd":
                 break
             time.sleep(0.05)
@@ -161,12 +161,12 @@ def test_fleet_up_reach_loopback_inventory_and_down(tmp_path):
     try:
         up = subprocess.run([str(SANDBOX), "up", "2", "--name", "ct200-pytest", "--state", str(state),
                              "--bind", f"{tmp_path}:/srv/wheelhouse:ro"],
-                            capture_output=True, text=True, timeout=180)
+                            capture_output=True, text=True, timeout=180, check=False)
         assert up.returncode == 0, up.stderr
         data = json.loads(up.stdout)
         assert [h["name"] for h in data["hosts"]] == names
         status = subprocess.run([str(SANDBOX), "status", "--json", "--state", str(state)],
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60, check=False)
         assert status.returncode == 0
         assert {h["state"] for h in json.loads(status.stdout)["hosts"]} == {"running"}
 
@@ -175,7 +175,7 @@ def test_fleet_up_reach_loopback_inventory_and_down(tmp_path):
             out = subprocess.run([str(SANDBOX), "exec", "--state", str(state), host, "--", "sh", "-c",
                                   f"hostname; curl -fsS {url}; echo; cat /srv/wheelhouse/wheel.txt; "
                                   "echo; touch /srv/wheelhouse/x 2>&1 || echo read-only"],
-                                 capture_output=True, text=True, timeout=60)
+                                 capture_output=True, text=True, timeout=60, check=False)
             assert out.returncode == 0, out.stderr
             assert out.stdout.splitlines()[:3] == [host, "hello from the controller",
                                                    "from the bind mount"], out.stdout
@@ -188,13 +188,13 @@ def test_fleet_up_reach_loopback_inventory_and_down(tmp_path):
                                "ansible.builtin.command", "-a", "hostname"],
                               env=venv_env(CT200_SANDBOX_STATE=str(state),
                                            ANSIBLE_CONFIG=str(REPO / "ansible.cfg")),
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
+                              cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
         assert ping.returncode == 0, ping.stdout + ping.stderr
         for host in names:
             assert f"{host} | CHANGED | rc=0 >>\n{host}" in ping.stdout
     finally:
         down = subprocess.run([str(SANDBOX), "down", "--state", str(state)],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, check=False)
         server.shutdown()
     assert down.returncode == 0, down.stderr
     assert _leftovers(names) == []
@@ -203,7 +203,7 @@ def test_fleet_up_reach_loopback_inventory_and_down(tmp_path):
     server2 = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
     threading.Thread(target=server2.handle_request, daemon=True).start()
     got = subprocess.run(["curl", "-fsS", f"http://127.0.0.1:{server2.server_address[1]}/"],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=30, check=False)
     server2.server_close()
     assert got.stdout == "hello from the controller"
 
@@ -214,7 +214,7 @@ def test_molecule_sandbox_smoke_scenario():
     env = venv_env()
     env.pop("ANSIBLE_CONFIG", None)  # molecule writes its own
     res = subprocess.run([os.path.join(VENV_BIN, "molecule"), "test", "-s", "sandbox_smoke"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=540)
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=540, check=False)
     tail = (res.stdout + res.stderr)[-4000:]
     assert res.returncode == 0, tail
     assert "successful=8" in res.stdout + res.stderr, tail

@@ -104,7 +104,7 @@ def test_tree_link_header_and_cursor(hub):
     link = headers["link"]
     assert link.endswith('>; rel="next"') and "cursor=" in link and link.startswith(f"<{hub.url}/api/models/")
     next_path = link[1:link.index(">")][len(hub.url):]
-    status, _, body2 = _raw(hub, "GET", next_path)
+    status, _unused, body2 = _raw(hub, "GET", next_path)
     assert status == 200
     assert json.loads(body2)[0]["path"] != json.loads(body)[0]["path"]
     status, headers, body = _raw(hub, "GET", f"/api/models/{MANY_REPO}/tree/main?cursor=%%%")
@@ -163,7 +163,7 @@ def test_entry_not_found_carries_commit_and_error_headers(hub):
 
 def test_no_xet_headers_anywhere(hub):
     shard = next(f for f in hub.repo(TARGET_REPO).files.values() if f.lfs)
-    status, headers, _ = _raw(hub, "HEAD", f"/{TARGET_REPO}/resolve/main/{shard.path}")
+    status, headers, _unused = _raw(hub, "HEAD", f"/{TARGET_REPO}/resolve/main/{shard.path}")
     assert status == 302
     assert not [h for h in headers if "xet" in h], headers
     assert "xet" not in headers.get("link", "")
@@ -171,5 +171,5 @@ def test_no_xet_headers_anywhere(hub):
     assert headers["x-linked-size"] == str(shard.size)
     assert headers["location"] == f"{hub.cdn_url}/cdn/{shard.sha256}"
     assert headers["location"].startswith("http://localhost:")
-    _, _, body = _raw(hub, "GET", f"/api/models/{TARGET_REPO}/tree/main")
+    _unused, _unused, body = _raw(hub, "GET", f"/api/models/{TARGET_REPO}/tree/main")
     assert b"xetHash" not in body and b"xet" not in body.lower()

@@ -13,6 +13,7 @@ KIMI_WEIGHT_BYTES = 595_303_280_640  # ~595.3 GB, the Kimi-K2.6 INT4 checkpoint
 KIMI_DRAFT_WEIGHT_BYTES = 3_021_000_000
 QWEN36_WEIGHT_BYTES = 53_800_000_000
 
+
 def _kimi_config():
     """The same Kimi-K2.6 config.json the local Hub serves, minus auto_map: the real repo ships
     custom code files these fixtures do not, and without auto_map SGLang's resolver reads the

@@ -12,7 +12,7 @@ def runner(calls=None):
     def run(argv):
         if calls is not None:
             calls.append(argv)
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         return proc.returncode, proc.stdout, proc.stderr
     return run
 

@@ -33,8 +33,8 @@ def test_kimi_drafter(mdir):
 
 
 def test_block_size_inside_dflash_config(tmp_path):
-    path = models.write_model(str(tmp_path / "d"), {"architectures": ["Qwen3ForCausalLM"],
-                                                   "dflash_config": {"block_size": 8}})
+    path = models.write_model(str(tmp_path / "d"),
+                              {"architectures": ["Qwen3ForCausalLM"], "dflash_config": {"block_size": 8}})
     assert model.inspect_model(path, "draft").dflash["block_size"] == 8
 
 

@@ -109,7 +109,7 @@ def test_refused_spec_writes_nothing_and_keeps_previous_files(host, mdir):
 def test_token_is_refused_and_never_echoed(host, mdir):
     token = "hf_" + "Tk7" * 11
     failed, result = host.run(args(host, mdir, environment={"OMP_NUM_THREADS": "8", "NOTE": token},
-                                    extra_args=["--api-key", token]))
+                                   extra_args=["--api-key", token]))
     assert failed and "looks like a Hugging Face token" in result["msg"]
     dumped = json.dumps(result)
     assert token not in dumped and token not in result["_stderr"]

@@ -150,8 +150,8 @@ def test_draft_required(mdir):
 
 
 def test_draft_that_is_not_dflash(tmp_path, mdir):
-    plain = models.write_model(str(tmp_path / "Qwen3-0.6B"), {"architectures": ["Qwen3ForCausalLM"],
-                                                             "model_type": "qwen3", "vocab_size": 248320})
+    plain = models.write_model(str(tmp_path / "Qwen3-0.6B"),
+                               {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 248320})
     msg = one(refusal(qwen_ddtree_params(mdir, draft=plain), PR))
     assert msg == ("draft %s is not a DFlash drafter: its config.json has no dflash_config and its architectures "
                    "['Qwen3ForCausalLM'] are not DFlash; point draft at a DFlash checkpoint (e.g. z-lab/*-DFlash)"
@@ -187,8 +187,8 @@ def test_pp_with_dflash(mdir):
 @pytest.mark.parametrize("spec_over, expected", [
     ({"algorithm": "none"}, "draft %(d)s is given but speculative.algorithm is none"),
     ({"algorithm": "dflash", "ddtree_budget": 4}, "speculative.ddtree_budget is only for algorithm ddtree"),
-    ({"algorithm": "dflash", "draft_window_size": 8}, "speculative.draft_window_size 8 is smaller than the block "
-                                                       "size 16; SGLang requires window >= block size: use >= 16"),
+    ({"algorithm": "dflash", "draft_window_size": 8},
+     "speculative.draft_window_size 8 is smaller than the block size 16; SGLang requires window >= block size: use >= 16"),
 ])
 def test_speculative_option_combinations(mdir, spec_over, expected):
     msg = one(refusal(kimi_params(mdir, speculative=spec_over, extra_args=[]), D23))

@@ -146,7 +146,7 @@ def test_write_atomic_sets_mode_and_leaves_no_temp(tmp_path):
 
 
 def _run(argv):
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -204,20 +204,20 @@ def test_wait_healthy_script_polls_until_200(tmp_path):
     script.write_text(unit.WAIT_HEALTHY_SCRIPT)
     try:
         url = "http://127.0.0.1:%d/health_generate" % server.server_address[1]
-        ok = subprocess.run([sys.executable, str(script), url, "30"], capture_output=True, text=True, timeout=60)
+        ok = subprocess.run([sys.executable, str(script), url, "30"], capture_output=True, text=True, timeout=60, check=False)
         assert ok.returncode == 0 and "answered 200" in ok.stdout
     finally:
         server.shutdown()
         server.server_close()
-    down = subprocess.run([sys.executable, str(script), url, "3"], capture_output=True, text=True, timeout=60)
+    down = subprocess.run([sys.executable, str(script), url, "3"], capture_output=True, text=True, timeout=60, check=False)
     assert down.returncode == 1 and "not healthy after 3 s" in down.stderr
 
 
 def test_wait_healthy_script_stops_when_the_main_process_is_gone(tmp_path):
     script = tmp_path / unit.WAIT_SCRIPT_NAME
     script.write_text(unit.WAIT_HEALTHY_SCRIPT)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=False)
     env = dict(os.environ, MAINPID=dead.stdout.strip())
     proc = subprocess.run([sys.executable, str(script), "http://127.0.0.1:9/health", "600"], capture_output=True,
-                          text=True, timeout=60, env=env)
+                          text=True, timeout=60, env=env, check=False)
     assert proc.returncode == 1 and "exited before" in proc.stderr
