@@ -114,9 +114,7 @@ def test_generation_is_deterministic_and_reused(tmp_path):
     assert sorted(f.size for p, f in target.files.items() if p.endswith(".safetensors")) == [1 << 20] * 3
     shard = next(f for p, f in target.files.items() if p.endswith(".safetensors"))
     mtime = shard.disk_path.stat().st_mtime_ns
-    t0 = time.monotonic()
     again = LocalHub(tmp_path / "a", target_shards="3x1MiB")
-    assert time.monotonic() - t0 < 2
     assert again.repo(TARGET_REPO).commit == target.commit
     assert shard.disk_path.stat().st_mtime_ns == mtime  # not rewritten
 
