@@ -143,17 +143,18 @@ def classify(exc: BaseException, ctx: Context | None = None) -> Verdict:
             if status == 401 or not ctx.token_sent:
                 return verdict("no_token", "%s is gated and the request carried no token (HTTP %s GatedRepo)"
                                % (repo, status))
-            known_refusal = "authorized list" in text or "awaiting" in text or "pending" in text
+            says_pending = "awaiting" in text or "pending" in text or "review" in text
+            says_not_listed = "authorized list" in text
             # whoami says the scope is missing; or the Hub says so; or a fine-grained token whose
             # whoami did not report the scope got a gate refusal of neither known kind
             lacks_scope = (ctx.can_read_gated is False or "fine-grained" in text or "fine grained" in text
                            or (ctx.token_role == "fineGrained" and ctx.can_read_gated is not True
-                               and not known_refusal))
+                               and not (says_pending or says_not_listed)))
             if lacks_scope:
                 return verdict("token_lacks_gated_scope",
                                "%s is a fine-grained token without the gated-repos read permission, so %s "
                                "refuses it (HTTP %s) even if access was granted" % (ctx.token_label(), repo, status))
-            if "awaiting" in text or "pending" in text or "review" in text:
+            if says_pending:
                 return verdict("pending", "%s's access request to %s is pending review (HTTP %s)" % (
                     ctx.user or "the user", repo, status))
             return verdict("not_requested", "%s is not in the authorized list of %s (HTTP %s)" % (

@@ -79,6 +79,8 @@ def test_fine_grained_scope_when_whoami_does_not_report_it():
                     "authorized list. Visit https://huggingface.co/z-lab/Kimi-K2.6-DFlash to ask for access.")
     assert hf_errors.classify(exc, ctx(token_role="fineGrained", can_read_gated=True)).code == "not_requested"
     assert hf_errors.classify(exc, ctx(token_role="fineGrained")).code == "not_requested"
+    exc = hub_error(403, "GatedRepo", "Your request to access model z-lab/Kimi-K2.6-DFlash is under review.")
+    assert hf_errors.classify(exc, ctx(token_role="fineGrained")).code == "pending"
 
 
 def test_invalid_token_is_a_plain_401_without_error_code():
