@@ -44,7 +44,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http impo
     HttpError,
     TransferError,
     open_stream,
-    origin_of,
+    token_may_follow,
 )
 
 BUF_SIZE = 1 << 20
@@ -513,9 +513,7 @@ class Engine(object):
         )
         if job.location is None and final_url != job.url:
             job.location = final_url
-            # keep the token for a same-origin/Hub hop (the Hub's 307 to
-            # /api/resolve-cache for small files needs it), drop it for a CDN
-            job.auth_on_location = origin_of(final_url) in ({origin_of(job.url)} | set(self.allowed_origins))
+            job.auth_on_location = token_may_follow(job.url, final_url, self.allowed_origins)
         transfer.last_progress = time.monotonic()
         skip = 0
         if status == 206:

@@ -51,6 +51,12 @@ HUB_ORIGINS = frozenset(
 )
 
 
+def token_may_follow(from_url, to_url, allowed_origins=HUB_ORIGINS):
+    """A redirect keeps Authorization only on the request's own origin or a Hub origin
+    (the Hub's 307 to /api/resolve-cache); a CDN or storage host never gets the token."""
+    return origin_of(to_url) in ({origin_of(from_url)} | set(allowed_origins))
+
+
 class TransferError(Exception):
     """A transfer problem; ``retryable`` tells the engine whether to try again."""
 
@@ -289,8 +295,7 @@ def open_stream(conns, url, headers, byte_range=None, allowed_origins=HUB_ORIGIN
             if not location:
                 raise TransferError("redirect without Location from %s" % _redact_url(current), retryable=False)
             target = urllib.parse.urljoin(current, location)
-            if origin_of(target) not in (set([origin_of(current)]) | set(allowed_origins)):
-                # Off the Hub (a CDN / storage host): never forward the token.
+            if not token_may_follow(current, target, allowed_origins):
                 headers.pop("Authorization", None)
                 headers.pop("authorization", None)
             current = target
