@@ -993,7 +993,6 @@ def redact_params(params: Dict[str, Any]) -> None:
         params["extra_args"] = [TOKEN_VALUE_RE.sub("<redacted>", str(a)) for a in args]
 
 
-
 def _check_draft(spec, target, draft, problems, warnings) -> Optional[int]:
     """Drafter checks; return the block size the drafter was trained for."""
     if draft.dflash is None:

@@ -11,10 +11,9 @@ import subprocess
 import pytest
 
 from conftest import REPO, kimi_params, plan, qwen_ddtree_params, real_dialect, require_parse_venv
-
-GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_flags as flags
 
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 VALIDATOR = os.path.join(REPO, "tools", "sglang_standin", "validate_argv.py")
 
 
