@@ -178,7 +178,7 @@ def test_verify_fails_on_warnings_and_errors(mdir, broken, expected):
     spec, resolved, argv = plan(kimi_params(mdir, python=sys.executable), D23)
     text = unit.render_unit(spec, argv).replace("Type=exec", broken, 1)
     if "ExecStart=/nonexistent" in broken:
-        text = "\n".join(line for line in text.splitlines() if not line.startswith('ExecStart="')
+        text = "\n".join(line for line in text.splitlines() if not line.startswith('ExecStart="'))
     problems = unit.verify_unit(_run, spec.unit_name, text, systemd_analyze=ANALYZE)
     assert problems and any(expected in p for p in problems), problems
 
