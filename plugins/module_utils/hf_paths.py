@@ -110,6 +110,8 @@ def redact_url(url):
 
 def url_credentials(url):
     """The secret parts (userinfo, password) of ``url``, to hide from every output."""
+    if not isinstance(url, str):
+        return []
     try:
         parts = urllib.parse.urlsplit(url)
     except (ValueError, TypeError, AttributeError):
@@ -122,6 +124,8 @@ def url_credentials(url):
 
 def endpoint_problem(endpoint):
     """Why ``endpoint`` is not usable as a Hub URL; None if it is fine."""
+    if not isinstance(endpoint, str):
+        return "it is not a string"
     try:
         parts = urllib.parse.urlsplit(endpoint)
     except (ValueError, TypeError, AttributeError):

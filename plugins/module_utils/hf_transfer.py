@@ -275,9 +275,7 @@ def check_tree(opts, commit, tree_files, source="the Hub's tree listing"):
     """Refuse a listing with any path that could leave local_dir or collide with our state,
     or an entry without a usable size/oid -- before a single byte is written."""
     where = "%s of %s@%s (commit %s)" % (source, opts.repo_id, opts.revision, (commit or "?")[:12])
-    fix = ("a genuine Hugging Face Hub never lists such a file: the endpoint %s (endpoint option / HF_ENDPOINT), "
-           "or a mirror or proxy in between, is broken, hostile or compromised; check it before running again"
-           % opts.endpoint_display)
+    fix = hostile_fix(opts)
     if not isinstance(tree_files, dict):
         raise DownloadError("%s is not a mapping of paths; nothing was written" % where, code="bad_listing", fix=fix)
     for path in sorted(tree_files, key=repr):
@@ -290,6 +288,12 @@ def check_tree(opts, commit, tree_files, source="the Hub's tree listing"):
         if why:
             raise DownloadError("%s lists %r, but %s; nothing was written" % (where, path, why),
                                 code="bad_listing", fix=fix)
+
+
+def hostile_fix(opts):
+    return ("a genuine Hugging Face Hub never lists such a file: the endpoint %s (endpoint option / HF_ENDPOINT), "
+            "or a mirror or proxy in between, is broken, hostile or compromised; check it before running again"
+            % opts.endpoint_display)
 
 
 class FileChanged(Exception):
@@ -529,7 +533,7 @@ class Hub(object):
         return sha
 
     def tree(self, commit):
-        what = "listing files of %s@%s" % (self.opts.repo_id, commit[:12])
+        what = "listing files of %s@%s (commit %s)" % (self.opts.repo_id, self.opts.revision, commit[:12])
 
         def listing():
             files = {}
@@ -550,10 +554,7 @@ class Hub(object):
                     # huggingface_hub builds RepoFile(**entry): a missing size/oid/lfs field is a KeyError
                     raise DownloadError(
                         "%s: the Hub's tree listing has an entry without the field %s; nothing was written"
-                        % (what, exc), code="bad_listing",
-                        fix="a genuine Hugging Face Hub always lists size and oid: check the endpoint %s "
-                            "(endpoint option / HF_ENDPOINT) and any mirror or proxy in between"
-                            % self.opts.endpoint_display)
+                        % (what, exc), code="bad_listing", fix=hostile_fix(self.opts))
                 if not hasattr(item, "blob_id") or not hasattr(item, "size"):
                     continue  # a folder
                 lfs = getattr(item, "lfs", None)
