@@ -337,7 +337,11 @@ progress_file:
   returned: always
   type: str
 code:
-  description: On failure, the cause (for example C(disk_full), C(no_token), C(not_requested), C(transfer_failed)).
+  description:
+    - On failure, the cause, for example C(disk_full) (before or during the download), C(no_token),
+      C(not_requested), C(transfer_failed), C(busy) (another run holds the lock), C(bad_argument),
+      C(unsafe_path) (a listed path or a symlink under O(local_dir) that is refused) or C(bad_listing)
+      (a tree entry without a usable size or oid).
   returned: failure
   type: str
 fix:
