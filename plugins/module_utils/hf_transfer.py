@@ -276,6 +276,9 @@ def check_tree(opts, commit, tree_files, source="the Hub's tree listing"):
     or an entry without a usable size/oid -- before a single byte is written."""
     where = "%s of %s@%s (commit %s)" % (source, opts.repo_id, opts.revision, (commit or "?")[:12])
     fix = hostile_fix(opts)
+    if source.startswith("the tree cached"):
+        fix = ("remove %s (the next run rebuilds it from the Hub) and find out what wrote it; if the Hub lists "
+               "the same, %s" % (hf_manifest.manifest_path(opts.local_dir), fix))
     if not isinstance(tree_files, dict):
         raise DownloadError("%s is not a mapping of paths; nothing was written" % where, code="bad_listing", fix=fix)
     for path in sorted(tree_files, key=repr):
@@ -943,7 +946,7 @@ def local_error(opts, exc, path=None, details=None):
         what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "the filesystem is full"
         try:
             fs = disk_preflight.fs_info(opts.local_dir)
-            fs_text = " (%s on %s, %s free now)" % (fs.fstype, fs.mountpoint, disk_preflight.format_bytes(fs.free))
+            fs_text = " (%s on %s, %s free now)" % (fs.fstype, fs.mountpoint, disk_preflight.format_bytes(fs.free_bytes))
         except Exception:  # the description is a courtesy; the cause is known
             fs_text = ""
         return DownloadError(

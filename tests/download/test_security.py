@@ -231,6 +231,7 @@ def test_disk_filled_during_the_download_gives_one_clear_error(hub, small_fs):
         kill(proc)
     assert failed and res["code"] == "disk_full", res
     assert "full" in res["msg"] and str(dest) in res["msg"] and "free space" in res["fix"]
+    assert "(tmpfs on %s, " % small_fs in res["msg"], res["msg"]
     assert "Errno" not in res["msg"].split("stopped")[0]
     progress = read_progress(dest / ".ct200" / "progress.json")
     assert progress["state"] == "failed" and progress["error"]
