@@ -34,7 +34,6 @@ Model:
 from __future__ import annotations
 
 import collections
-import errno
 import hashlib
 import json
 import mmap
