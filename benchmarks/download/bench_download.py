@@ -467,13 +467,13 @@ def report(results):
     if rr:
         for label in ("1g", "8g"):
             s = rr["sizes"][label]
+            hf_part = ("; hf re-run %s s, after touch %s s" % (statistics.median(s["hf_rerun_s"]), s["hf_touched_rerun_s"])
+                       if "hf_rerun_s" in s else "")
             lines.append("re-run %s (%d files, %.2f GiB): ours %s s (pinned %s s), after touch %s s (%d files re-hashed; "
                          "parallel sha256sum %s s)%s" % (
-                label, s["files"], s["bytes"] / GIB, statistics.median(s["rerun_s"]), statistics.median(s["rerun_pinned_s"]),
-                statistics.median(s["touched_rerun_s"]), s["touched_hashed_files"],
-                statistics.median(s["parallel_sha256sum_s"]),
-                ("; hf re-run %s s, after touch %s s" % (statistics.median(s["hf_rerun_s"]), s["hf_touched_rerun_s"]))
-                if "hf_rerun_s" in s else ""))
+                             label, s["files"], s["bytes"] / GIB, statistics.median(s["rerun_s"]),
+                             statistics.median(s["rerun_pinned_s"]), statistics.median(s["touched_rerun_s"]),
+                             s["touched_hashed_files"], statistics.median(s["parallel_sha256sum_s"]), hf_part))
     no = results.get("noop")
     if no:
         lines.append("per call via ansible-playbook (%d calls): %s" % (no["calls"], json.dumps(no["ms_per_call"])))

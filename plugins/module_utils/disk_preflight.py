@@ -13,6 +13,7 @@ to a full disk.  Only the standard library is used (statvfs, /proc/self/mountinf
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -139,7 +140,7 @@ def parse_size(value):
             raise ValueError("size must not be negative, got %d" % value)
         return _bounded(value, value)
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise ValueError("size %r is not a finite number; use bytes (10000000000) or a string like '10GB'" % (value,))
         if value < 0:
             raise ValueError("size must not be negative, got %r" % value)

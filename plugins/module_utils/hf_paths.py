@@ -119,7 +119,7 @@ def url_credentials(url):
     if "@" not in parts.netloc:
         return []
     userinfo = parts.netloc.rsplit("@", 1)[0]
-    return [s for s in {userinfo, parts.password, urllib.parse.unquote(parts.password or "")} if s]
+    return sorted(s for s in (userinfo, parts.password, urllib.parse.unquote(parts.password or "")) if s)
 
 
 def endpoint_problem(endpoint):

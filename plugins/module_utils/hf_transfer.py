@@ -27,6 +27,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -155,7 +156,8 @@ class Options(object):
         for name, (low, high, inclusive) in sorted(spec.LIMITS.items()):
             value = getattr(self, name)
             kind = int if spec.ARGUMENT_SPEC[name]["type"] == "int" else (int, float)
-            ok = isinstance(value, kind) and not isinstance(value, bool) and value == value
+            ok = (isinstance(value, kind) and not isinstance(value, bool)
+                  and (isinstance(value, int) or math.isfinite(value)))
             if not ok or value > high or value < low or (value == low and not inclusive):
                 problems.append("%s must be a number %s %s and <= %s, got %r"
                                 % (name, ">=" if inclusive else ">", low, high, value))

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import os
-
 DOCUMENTATION = r"""
 ---
 module: hf_download
@@ -349,6 +347,8 @@ fix:
   returned: failure
   type: str
 """
+
+import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 

@@ -223,9 +223,8 @@ def test_corruption_on_disk_is_found_and_repaired(hub, tmp_path):
     with open(target, "r+b") as handle:  # same size, same mtime: only ctime tells (utime cannot set it)
         handle.seek(12345678)
         handle.write(b"\0" * 8)
-    st = os.stat(target)
-    os.utime(target, ns=(st.st_atime_ns, json.loads((dest / ".ct200" / "manifest.json").read_text())
-                                             ["files"][SHARD2]["mtime_ns"]))
+    recorded = json.loads((dest / ".ct200" / "manifest.json").read_text())["files"][SHARD2]["mtime_ns"]
+    os.utime(target, ns=(os.stat(target).st_atime_ns, recorded))
     failed, res = run_download(hub, dest)
     assert not failed and res["changed"] is True and res["downloaded"] == [SHARD2]
     assert_tree_matches(hub, WEIGHTS, dest)
