@@ -96,6 +96,8 @@ class LocalHub:
         self._by_sha256: dict[str, RepoFile] = {}
         self._server = None
         self._thread: threading.Thread | None = None
+        # hostile-Hub mode (localhub.hostile): (repo_type, repo_id) -> extra tree entries
+        self.hostile: dict[tuple[str, str], list] = {}
         specs: list[RepoSpec | str] = list(default_specs(target_shards, drafter_size)) if include_defaults else []
         specs += list(repos or [])
         for spec in specs:
@@ -127,6 +129,24 @@ class LocalHub:
             by_sha = {f.sha256: f for r in repos.values() for f in r.files.values()}
             self._repos, self._by_sha256 = repos, by_sha
         return repo
+
+    def set_hostile(self, repo_id: str, kinds: list[str] | None = None, *, target: str | None = None,
+                    entries: list[dict] | None = None, repo_type: str = "model") -> list:
+        """Make the tree listing of ``repo_id`` name hostile paths (see localhub.hostile); [] clears."""
+        from .hostile import parse
+
+        self.repo(repo_id, repo_type)  # KeyError for an unknown repo
+        parsed = parse({"kinds": kinds or [], "target": target, "entries": entries or []})
+        with self._lock:
+            if parsed:
+                self.hostile[(repo_type, repo_id)] = parsed
+            else:
+                self.hostile.pop((repo_type, repo_id), None)
+        return parsed
+
+    def clear_hostile(self) -> None:
+        with self._lock:
+            self.hostile = {}
 
     def repo(self, repo_id: str, repo_type: str = "model") -> Repo:
         try:

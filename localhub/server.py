@@ -19,6 +19,9 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 from .faults import BODY_KINDS, FaultError, FaultRule
 from .hub import INVALID, INVALID_CREDENTIALS, HubError, LocalHub
+from .hostile import KINDS as HOSTILE_KINDS
+from .hostile import served_file as hostile_served_file
+from .hostile import tree_entries as hostile_tree_entries
 from .personas import PERSONAS
 from .repos import Repo
 
@@ -330,6 +333,9 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         entries = repo.walk(sub_path, recursive)
         masked = self.hub.gate_error(persona, repo) is not None
         page = [self.hub.entry(repo, kind, p, masked, expand) for kind, p in entries[offset: offset + page_size]]
+        hostile = self.hub.hostile.get((repo.repo_type, repo.repo_id))
+        if hostile and recursive and not sub_path and offset + page_size >= len(entries):
+            page += hostile_tree_entries(self.hub, repo, hostile, masked)  # hostile-Hub mode: last page
         headers = {"X-Repo-Commit": commit}
         if offset + page_size < len(entries):
             cursor = base64.urlsafe_b64encode(str(offset + page_size).encode()).decode().rstrip("=")
@@ -392,6 +398,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 raise err
         commit = self._require_revision(repo, revision)
         f = repo.files.get(file_path)
+        if f is None and (repo.repo_type, repo.repo_id) in self.hub.hostile:
+            f = hostile_served_file(repo, self.hub.hostile[(repo.repo_type, repo.repo_id)], file_path)
         if f is None:
             raise HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": commit})
         common = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes", "Vary": "Origin, Accept-Encoding"}
@@ -571,6 +579,20 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                 raise HubError(400, f"access: {exc}; send {{\"repo\": ID, \"persona\": NAME, \"status\": "
                                     "\"accepted\"|\"pending\"|\"rejected\"|null}}") from None
             return self._send_json({"ok": True})
+        if path == "/_admin/hostile":
+            if method == "DELETE":
+                hub.clear_hostile()
+                return self._send_json({"ok": True})
+            if method in ("POST", "PUT"):
+                try:
+                    data = json.loads(self.body or b"null")
+                    entries = hub.set_hostile(data["repo"], data.get("kinds"), target=data.get("target"),
+                                              entries=data.get("entries"), repo_type=data.get("repo_type", "model"))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise HubError(400, f"hostile: {exc}; send {{\"repo\": ID, \"kinds\": [{', '.join(HOSTILE_KINDS)}], "
+                                        "\"target\": \"/abs/path\" (for absolute), \"entries\": [{\"path\": ..., "
+                                        "\"like\": ..., \"drop\": [...]}]}}") from None
+                return self._send_json({"ok": True, "entries": len(entries)})
         if path == "/_admin/personas" and method == "GET":
             return self._send_json({n: {"username": p.username, "role": p.role, "description": p.description}
                                     for n, p in PERSONAS.items()})

@@ -6,8 +6,10 @@ Measures, each against a baseline taken in the same run:
 1. throughput: ct200.deploy.hf_download vs ``hf download`` (huggingface_hub's CLI) vs
    parallel ``curl`` of the same CDN URLs, on a synthetic repo (default 4 x 1 GiB);
 2. re-run time with everything present: 1 GiB vs 8 GiB of weights in the same number
-   of files, then again after ``touch``-ing every file (huggingface_hub's own re-run of
-   the same directories is measured for contrast: it re-hashes touched files);
+   of files; then the re-verify after ``touch``-ing every file (every touched file is
+   re-hashed in full) as a ratio to ``sha256sum`` run in parallel (``xargs -P nproc``)
+   over the same files in the same round (huggingface_hub's own re-run of the same
+   directories is measured for contrast: it re-hashes touched files too);
 3. per-call cost of a no-op hf_download task vs a builtin ``stat`` task, through
    ansible-playbook on localhost (a branch revision and a pinned commit).
 
@@ -44,7 +46,8 @@ TARGETS = {
     "throughput_vs_hf": (">=", 2.0),
     "throughput_vs_curl": (">=", 0.7),
     "rerun_8g_over_1g": ("<=", 1.2),
-    "rerun_touched_8g_over_1g": ("<=", 1.2),
+    # sha256sum time / our re-verify time, same files, same round: >= 1 means no slower than coreutils
+    "reverify_after_touch_vs_parallel_sha256sum": (">=", 1.0),
     "noop_over_stat": ("<=", 1.3),
 }
 
@@ -237,6 +240,15 @@ def bench_throughput(hub, repo_id, work, repeat, verify, buffered=True):
 
 
 # ----------------------------------------------------------------------- 2. re-runs
+def weight_files(local):
+    """Every file of the downloaded repository (not our .ct200/ state, not hf's .cache/)."""
+    out = []
+    for root, subdirs, names in os.walk(local):
+        subdirs[:] = [d for d in subdirs if d not in (".ct200", ".cache")]
+        out += [os.path.join(root, name) for name in names]
+    return sorted(out)
+
+
 def bench_reruns(hub, small, large, work, repeat, with_hf):
     res = {}
     dirs = {}
@@ -268,25 +280,41 @@ def bench_reruns(hub, small, large, work, repeat, with_hf):
         if with_hf:
             res[label]["hf_adopt_s"] = round(hf_rerun(label), 2)  # hf hashes files it has no metadata for
             res[label]["hf_rerun_s"] = [round(hf_rerun(label), 3) for _unused in range(repeat)]
-    # touch every file, then re-run: ours samples 16 x 64 KiB per file, hf re-hashes everything
+    # touch every file, then re-run: ours re-hashes every touched file in full (so does hf); the
+    # baseline is coreutils sha256sum over the same files, one process per core, in the same round
 
     def touch_all(local):
         now = time.time() + 60 + time.monotonic() % 1000
-        for root, subdirs, names in os.walk(local):
-            subdirs[:] = [d for d in subdirs if d not in (".ct200", ".cache")]  # state dirs of ours and of hf
-            for name in names:
-                os.utime(os.path.join(root, name), (now, now))
+        for path in weight_files(local):
+            os.utime(path, (now, now))
         os.sync()
+
+    def parallel_sha256sum(local):
+        files = weight_files(local)
+        cmd = ["xargs", "-0", "-P", str(os.cpu_count() or 1), "-n", "1", "sha256sum"]
+        dt, proc = timed(cmd, stdin="\0".join(files))
+        if len(proc.stdout.splitlines()) != len(files):
+            raise SystemExit("sha256sum did not hash every file")
+        return dt
 
     for label in ("1g", "8g"):
         _repo, local = dirs[label]
         res[label]["touched_rerun_s"] = []
-        for _unused in range(repeat):
-            touch_all(local)
-            dt, r = ours_rerun(label)
-            res[label]["touched_rerun_s"].append(round(dt, 3))
-            res[label]["touched_refreshed_files"] = r["files_refreshed"]
-            res[label]["touched_hashed_files"] = r["files_hashed"]
+        res[label]["parallel_sha256sum_s"] = []
+        for round_no in range(repeat):
+            # alternate who goes first, so neither always reads from a cache the other warmed
+            order = ("ours", "sha256sum") if round_no % 2 == 0 else ("sha256sum", "ours")
+            for who in order:
+                if who == "sha256sum":
+                    res[label]["parallel_sha256sum_s"].append(round(parallel_sha256sum(local), 3))
+                    continue
+                touch_all(local)
+                dt, r = ours_rerun(label)
+                res[label]["touched_rerun_s"].append(round(dt, 3))
+                res[label]["touched_refreshed_files"] = r["files_refreshed"]
+                res[label]["touched_hashed_files"] = r["files_hashed"]
+                if r["files_hashed"] != len(weight_files(local)):
+                    raise SystemExit("after touch every file must be re-hashed, got %s" % r["files_hashed"])
         res[label]["after_touch_rerun_s"] = round(ours_rerun(label)[0], 3)
         if with_hf:
             touch_all(local)
@@ -303,7 +331,10 @@ def bench_reruns(hub, small, large, work, repeat, with_hf):
     out = {"sizes": res}
     out["rerun_8g_over_1g"] = round(med("8g", "rerun_s") / med("1g", "rerun_s"), 2)
     out["rerun_pinned_8g_over_1g"] = round(med("8g", "rerun_pinned_s") / med("1g", "rerun_pinned_s"), 2)
-    out["rerun_touched_8g_over_1g"] = round(med("8g", "touched_rerun_s") / med("1g", "touched_rerun_s"), 2)
+    out["reverify_after_touch_vs_parallel_sha256sum"] = round(
+        med("8g", "parallel_sha256sum_s") / med("8g", "touched_rerun_s"), 2)
+    out["reverify_after_touch_vs_parallel_sha256sum_1g"] = round(
+        med("1g", "parallel_sha256sum_s") / med("1g", "touched_rerun_s"), 2)
     if with_hf:
         out["hf_rerun_8g_over_1g"] = round(med("8g", "hf_rerun_s") / med("1g", "hf_rerun_s"), 2)
         out["hf_touched_8g_over_1g"] = round(med("8g", "hf_touched_rerun_s") / med("1g", "hf_touched_rerun_s"), 2)
@@ -436,11 +467,13 @@ def report(results):
     if rr:
         for label in ("1g", "8g"):
             s = rr["sizes"][label]
-            lines.append("re-run %s (%d files, %.2f GiB): ours %s s (pinned %s s), after touch %s s (%d files sampled)%s" % (
-                label, s["files"], s["bytes"] / GIB, statistics.median(s["rerun_s"]), statistics.median(s["rerun_pinned_s"]),
-                statistics.median(s["touched_rerun_s"]), s["touched_refreshed_files"],
-                ("; hf re-run %s s, after touch %s s" % (statistics.median(s["hf_rerun_s"]), s["hf_touched_rerun_s"]))
-                if "hf_rerun_s" in s else ""))
+            hf_part = ("; hf re-run %s s, after touch %s s" % (statistics.median(s["hf_rerun_s"]), s["hf_touched_rerun_s"])
+                       if "hf_rerun_s" in s else "")
+            lines.append("re-run %s (%d files, %.2f GiB): ours %s s (pinned %s s), after touch %s s (%d files re-hashed; "
+                         "parallel sha256sum %s s)%s" % (
+                             label, s["files"], s["bytes"] / GIB, statistics.median(s["rerun_s"]),
+                             statistics.median(s["rerun_pinned_s"]), statistics.median(s["touched_rerun_s"]),
+                             s["touched_hashed_files"], statistics.median(s["parallel_sha256sum_s"]), hf_part))
     no = results.get("noop")
     if no:
         lines.append("per call via ansible-playbook (%d calls): %s" % (no["calls"], json.dumps(no["ms_per_call"])))

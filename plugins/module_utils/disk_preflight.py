@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Disk-space preflight: free space and filesystem type for paths, checked together.
 
 PRIVATE to the ct200.deploy collection.
@@ -13,6 +13,7 @@ to a full disk.  Only the standard library is used (statvfs, /proc/self/mountinf
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -137,11 +138,13 @@ def parse_size(value):
     if isinstance(value, int):
         if value < 0:
             raise ValueError("size must not be negative, got %d" % value)
-        return value
+        return _bounded(value, value)
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("size %r is not a finite number; use bytes (10000000000) or a string like '10GB'" % (value,))
         if value < 0:
             raise ValueError("size must not be negative, got %r" % value)
-        return int(value)
+        return _bounded(int(value), value)
     match = _SIZE_RE.match(str(value))
     if not match:
         raise ValueError("cannot parse size %r; use bytes (10000000000) or a string like '10GB' or '10GiB'" % (value,))
@@ -150,7 +153,17 @@ def parse_size(value):
         raise ValueError("cannot parse size %r; use bytes (10000000000) or a string like '10GB' or '10GiB'" % (value,))
     exponent = " KMGT".index(prefix.upper()) if prefix else 0
     scale = (1024 if binary else 1000) ** exponent
-    return int(float(number) * scale)
+    return _bounded(int(float(number) * scale), value)
+
+
+MAX_SIZE = 1 << 63  # no filesystem is larger; anything above is a typo (or 1.5e400)
+
+
+def _bounded(n, value):
+    if n >= MAX_SIZE:
+        raise ValueError("size %r is larger than any filesystem (max %d bytes); use bytes or a string like '10GB'"
+                         % (value, MAX_SIZE - 1))
+    return n
 
 
 def _unescape_mount(text):

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Thin, lazily-imported access to huggingface_hub for the ct200.deploy modules.
 
 huggingface_hub reads its configuration (HF_ENDPOINT, HF_HOME, ...) once, at

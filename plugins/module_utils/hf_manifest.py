@@ -1,33 +1,51 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Download manifest kept in ``<local_dir>/.ct200/manifest.json``.
 
 PRIVATE to the ct200.deploy collection.
 
 The manifest makes a re-run O(files) ``stat`` calls instead of a re-hash:
 
-* ``files``: one entry per verified file -- ``size``, ``mtime_ns``, ``sha256``
-  (of the content, computed locally), ``oid`` (what the Hub lists: the LFS
-  sha256, or the git blob sha1 of a small file), ``commit`` (the commit it was
-  verified against) and ``sample`` (a digest of 16 fixed 64 KiB blocks, used to
-  re-accept a file whose timestamp changed but whose size did not).
+* ``files``: one entry per verified file -- ``size``, ``mtime_ns``, ``ctime_ns``
+  and ``ino`` (the stat identity it was verified with: any difference means the
+  file is hashed again in full, like git and rsync re-read a file whose stat
+  changed; ctime cannot be set back with ``utime``), ``sha256`` (of the content,
+  computed locally), ``oid`` (what the Hub lists: the LFS sha256, or the git blob
+  sha1 of a small file), ``commit`` (the commit it was verified against) and
+  ``sample`` (a digest of 16 fixed 64 KiB blocks, used only by the explicit
+  opt-in ``verify: sample-unsafe``).
 * ``tree``: the selected-independent tree listing of the last resolved commit
   (path -> size, oid, lfs sha256), so a commit-pinned re-run needs no network.
 * ``refs``: last resolution of branch/tag names to commits (informational and
   for offline re-runs).
+
+Version 2 added ``ctime_ns`` and ``ino``; a version 1 manifest is read, and its
+entries (no ctime/inode) count as changed, so each file is hashed once more.
+
+Every read and write goes through :mod:`_io` with ``root=local_dir``: a symlink
+planted anywhere under ``local_dir`` is refused, never followed.
 
 Only the standard library is used: this module is imported on the no-op path.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
-import tempfile
+import stat
 
-MANIFEST_VERSION = 1
+from ansible_collections.ct200.deploy.plugins.module_utils._io import (
+    UnsafePathError,
+    atomic_write,
+    open_nofollow,
+    parent_fd,
+)
+
+MANIFEST_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 STATE_DIR = ".ct200"
 MANIFEST_NAME = "manifest.json"
 
@@ -38,7 +56,8 @@ SAMPLE_BLOCKS = 16
 OK = "ok"
 MISSING = "missing"
 SIZE = "size"  # size differs: truncated, grown or replaced
-TOUCHED = "touched"  # same size, different mtime: content unknown
+TOUCHED = "touched"  # same size, different mtime/ctime/inode: content unknown
+NOT_REGULAR = "not_regular"  # a symlink, directory, fifo... where a file belongs
 UNKNOWN = "unknown"  # no manifest entry (or entry for other content)
 
 
@@ -73,15 +92,16 @@ class Manifest(object):
         """Load the manifest; a missing file gives an empty one, a damaged file an empty one plus a warning."""
         path = manifest_path(local_dir)
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
-        except FileNotFoundError:
+            fd = open_nofollow(path, os.O_RDONLY, root=local_dir)
+        except (FileNotFoundError, NotADirectoryError):
             return cls(local_dir)
-        except NotADirectoryError:
-            return cls(local_dir)
+        except UnsafePathError as exc:
+            return cls(local_dir, warning="ignoring the manifest: %s; present files will be re-verified by hashing" % exc)
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read()
         try:
             data = json.loads(raw.decode("utf-8"))
-            if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
+            if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
                 raise ValueError("unsupported manifest version %r" % (data.get("version") if isinstance(data, dict) else None))
             if not isinstance(data.get("files"), dict):
                 raise ValueError("'files' is not a mapping")
@@ -92,32 +112,18 @@ class Manifest(object):
             )
         data.setdefault("refs", {})
         data.setdefault("tree", None)
+        data["version"] = MANIFEST_VERSION
         return cls(local_dir, data)
 
     def save(self, fsync=False):
-        """Write atomically (temp file in the same directory, rename).
+        """Write atomically through _io (unique temp name, O_EXCL|O_NOFOLLOW, rename under local_dir).
 
-        Without ``fsync`` a crash can at worst lose recent entries, and a lost entry
-        only means that file is hashed again on the next run.  With it, the fsync of
-        this small file also forces the journal to flush every dirty byte written
-        before it (ext4 data=ordered), which costs seconds after a big download.
+        ``fsync`` is accepted for the callers' sake; _io always fsyncs this small file, which
+        also forces the journal to flush data written before it (ext4 data=ordered): callers
+        that must not pay that on every save pass a longer save interval instead.
         """
-        directory = state_dir(self.local_dir)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(self.data, handle, sort_keys=True, separators=(",", ":"))
-                if fsync:
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            os.replace(tmp, manifest_path(self.local_dir))
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        data = json.dumps(self.data, sort_keys=True, separators=(",", ":"))
+        atomic_write(manifest_path(self.local_dir), data, mode=0o644, root=self.local_dir, create_dirs=True)
         self.dirty = False
 
     # ------------------------------------------------------------- identity
@@ -164,10 +170,13 @@ class Manifest(object):
     def entry(self, path):
         return self.data["files"].get(path)
 
-    def record(self, path, size, mtime_ns, sha256, oid, commit, sample):
+    def record(self, path, st, sha256, oid, commit, sample):
+        """Vouch for ``path`` as it was when ``st`` (its stat result) was taken."""
         self.data["files"][path] = {
-            "size": size,
-            "mtime_ns": mtime_ns,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino,
             "sha256": sha256,
             "oid": oid,
             "commit": commit,
@@ -180,24 +189,49 @@ class Manifest(object):
             self.dirty = True
 
     def stat_check(self, path, oid, size):
-        """Compare the file on disk with its entry using one ``stat``.
+        """Compare the file on disk with its entry using one ``stat`` (never following a symlink).
 
         Returns (outcome, stat_result_or_None).  ``oid``/``size`` are what the
-        tree lists now; an entry verified for other content is UNKNOWN.
+        tree lists now; an entry verified for other content is UNKNOWN.  A symlink
+        in a parent directory raises UnsafePathError.
         """
-        full = os.path.join(self.local_dir, path)
-        try:
-            st = os.stat(full)
-        except (FileNotFoundError, NotADirectoryError):
+        st = lstat_under(self.local_dir, path)
+        if st is None:
             return MISSING, None
+        if not stat.S_ISREG(st.st_mode):
+            return NOT_REGULAR, st
         entry = self.data["files"].get(path)
         if st.st_size != size:
             return SIZE, st
         if not entry or entry.get("oid") != oid or entry.get("size") != size:
             return UNKNOWN, st
-        if entry.get("mtime_ns") != st.st_mtime_ns:
+        if not same_identity(entry, st):
             return TOUCHED, st
         return OK, st
+
+
+def same_identity(entry, st):
+    """The file is the one (inode) the entry vouches for, unmodified since (mtime and ctime)."""
+    return (entry.get("mtime_ns") == st.st_mtime_ns and entry.get("ctime_ns") == st.st_ctime_ns
+            and entry.get("ino") == st.st_ino)
+
+
+def lstat_under(local_dir, relpath):
+    """lstat of ``local_dir/relpath`` walking the parents with O_NOFOLLOW; None if it does not exist."""
+    try:
+        dir_fd, name = parent_fd(os.path.join(local_dir, relpath), root=local_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError("%s: the local directory is a symlink" % local_dir) from None
+        raise
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    finally:
+        os.close(dir_fd)
 
 
 def sample_offsets(size, block=SAMPLE_BLOCK, count=SAMPLE_BLOCKS):
@@ -209,50 +243,21 @@ def sample_offsets(size, block=SAMPLE_BLOCK, count=SAMPLE_BLOCKS):
     return sorted(set(int(i * step) for i in range(count - 1)) | {last})
 
 
-def prefetch_samples(items, block=SAMPLE_BLOCK, count=SAMPLE_BLOCKS):
-    """Ask the kernel to read the sample blocks of many files at once (POSIX_FADV_WILLNEED).
+def sample_digest(fd, size, block=SAMPLE_BLOCK, count=SAMPLE_BLOCKS):
+    """sha256 over the size and 16 fixed 64 KiB blocks of the open file ``fd`` (the whole file when small).
 
-    ``items``: iterable of (path, size).  The reads are queued asynchronously, so
-    the device works on all of them in parallel instead of one seek at a time;
-    :func:`sample_digest` then finds them in the page cache.
+    Only ``verify: sample-unsafe`` trusts it: bytes outside the sampled blocks are not read.
     """
-    if not hasattr(os, "posix_fadvise"):
-        return
-    for path, size in items:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            if size <= block * count:
-                os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
-            else:
-                for offset in sample_offsets(size, block, count):
-                    os.posix_fadvise(fd, offset, block, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-
-def sample_digest(path, size, block=SAMPLE_BLOCK, count=SAMPLE_BLOCKS):
-    """sha256 over the size and 16 fixed 64 KiB blocks (the whole file when it is small)."""
     digest = hashlib.sha256(b"ct200-sample-v1:%d:" % size)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if size <= block * count:
-            remaining = size
-            offset = 0
-            while remaining > 0:
-                chunk = os.pread(fd, min(remaining, 1 << 20), offset)
-                if not chunk:
-                    break
-                digest.update(chunk)
-                offset += len(chunk)
-                remaining -= len(chunk)
-        else:
-            for offset in sample_offsets(size, block, count):
-                digest.update(os.pread(fd, block, offset))
-    finally:
-        os.close(fd)
+    if size <= block * count:
+        offset = 0
+        while offset < size:
+            chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
+            if not chunk:
+                break
+            digest.update(chunk)
+            offset += len(chunk)
+    else:
+        for offset in sample_offsets(size, block, count):
+            digest.update(os.pread(fd, block, offset))
     return digest.hexdigest()

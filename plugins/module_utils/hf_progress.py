@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """One human line from hf_download's progress JSON (used by the hf_download_wait action).
 
 PRIVATE to the ct200.deploy collection.

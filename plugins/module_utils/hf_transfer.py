@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """hf_download's logic: resolve -> plan -> disk preflight -> fetch -> manifest.
 
 PRIVATE to the ct200.deploy collection.
@@ -23,29 +23,48 @@ takes the full path through huggingface_hub.  Bytes are moved by
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
+import stat
 import threading
 import time
 import urllib.parse
 
 from ansible_collections.ct200.deploy.plugins.module_utils import disk_preflight, hf_manifest
+from ansible_collections.ct200.deploy.plugins.module_utils import hf_download_spec as spec
+from ansible_collections.ct200.deploy.plugins.module_utils._io import (
+    UnsafePathError,
+    atomic_write,
+    open_nofollow,
+    parent_fd,
+    remove_stale_temps,
+)
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_hub import select_paths, unmatched_patterns
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import (
+    endpoint_problem,
+    redact_url,
+    repo_id_problem,
+    repo_path_problem,
+    tree_entry_problem,
+)
 
 # hf_transfer_http (http.client, ssl, urllib.request) and hf_transfer_engine are
 # imported where they are used: a commit-pinned no-op re-run needs neither.
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
+DEFAULT_ENDPOINT = spec.DEFAULT_ENDPOINT
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-REPO_TYPES = ("model", "dataset", "space")
-VERIFY_MODES = ("size", "sha256", "full")
+REPO_TYPES = tuple(spec.REPO_TYPES)
+VERIFY_MODES = tuple(spec.VERIFY_CHOICES)
 USER_AGENT = "ct200-deploy/0.1.0 (hf_download)"
 PROGRESS_NAME = "progress.json"
 LOCK_NAME = "lock"
-HASH_BLOCK = 8 << 20
+HASH_BLOCK = 16 << 20  # big sequential reads; hashlib drops the GIL for updates this size
+LOCK_POLL = 0.1
 
 
 class DownloadError(Exception):
@@ -59,84 +78,101 @@ class DownloadError(Exception):
         self.details = details or {}
 
 
-class Options(object):
-    """Validated inputs of one download (the module's parameters, token already resolved)."""
+# Knobs of the Python API that are not module options (tests and benchmarks set them).
+INTERNAL_DEFAULTS = dict(
+    token_source=None,
+    progress_interval=1.0,
+    api_timeout=30.0,
+    backoff_max=30.0,
+    check_mode=False,
+    diff=False,
+    offline=None,
+)
 
-    def __init__(
-        self,
-        repo_id,
-        local_dir,
-        revision="main",
-        repo_type="model",
-        allow_patterns=None,
-        ignore_patterns=None,
-        token=None,
-        token_source=None,
-        endpoint=None,
-        max_workers=8,
-        min_free_bytes=10 * 10**9,
-        verify="sha256",
-        stall_timeout=60.0,
-        retries=5,
-        progress_file=None,
-        progress_interval=1.0,
-        api_timeout=30.0,
-        split_min=64 << 20,
-        fsync=False,
-        direct_io=True,
-        backoff_max=30.0,
-        check_mode=False,
-        diff=False,
-        offline=None,
-    ):
-        self.repo_id = repo_id
-        self.local_dir = os.path.abspath(local_dir)
-        self.revision = revision or "main"
-        self.repo_type = repo_type or "model"
-        self.allow_patterns = list(allow_patterns) if allow_patterns else None
-        self.ignore_patterns = list(ignore_patterns) if ignore_patterns else None
-        self.token = token
-        self.token_source = token_source
-        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-        self.max_workers = max_workers
-        self.min_free_bytes = min_free_bytes
-        self.verify = verify
-        self.stall_timeout = stall_timeout
-        self.retries = retries
-        self.progress_file = progress_file or os.path.join(hf_manifest.state_dir(self.local_dir), PROGRESS_NAME)
-        self.progress_interval = progress_interval
-        self.api_timeout = api_timeout
-        self.split_min = split_min
-        self.fsync = fsync
-        self.direct_io = direct_io
-        self.backoff_max = backoff_max
-        self.check_mode = check_mode
-        self.diff = diff
+
+class Options(object):
+    """Validated inputs of one download: the module's options (hf_download_spec.ARGUMENT_SPEC,
+    same names and defaults) with the token already resolved, plus INTERNAL_DEFAULTS."""
+
+    def __init__(self, **params):
+        unknown = set(params) - set(spec.ARGUMENT_SPEC) - set(INTERNAL_DEFAULTS)
+        if unknown:
+            raise TypeError("unknown hf_download option(s): %s" % ", ".join(sorted(unknown)))
+        values = dict((name, opt.get("default")) for name, opt in spec.ARGUMENT_SPEC.items())
+        values.update(INTERNAL_DEFAULTS)
+        values.update((k, v) for k, v in params.items() if v is not None)
+        self._problems = []
+        self.repo_id = values["repo_id"]
+        self.local_dir = os.path.abspath(values["local_dir"] or "/")
+        self.revision = values["revision"] or "main"
+        self.repo_type = values["repo_type"] or "model"
+        self.allow_patterns = list(values["allow_patterns"]) if values["allow_patterns"] else None
+        self.ignore_patterns = list(values["ignore_patterns"]) if values["ignore_patterns"] else None
+        self.token = values["token"]
+        self.token_source = values["token_source"]
+        self.endpoint = str(values["endpoint"] or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+        self.max_workers = values["max_workers"]
+        self.min_free_bytes = self._size("min_free_bytes", values["min_free_bytes"])
+        self.split_min = self._size("min_split_size", values["min_split_size"])
+        self.verify = values["verify"]
+        self.stall_timeout = values["stall_timeout"]
+        self.retries = values["retries"]
+        self.lock_timeout = values["lock_timeout"]
+        self.progress_file = os.path.abspath(
+            values["progress_file"] or os.path.join(hf_manifest.state_dir(self.local_dir), PROGRESS_NAME))
+        self.progress_interval = values["progress_interval"]
+        self.api_timeout = values["api_timeout"]
+        self.fsync = values["fsync"]
+        self.direct_io = values["direct_io"]
+        self.backoff_max = values["backoff_max"]
+        self.check_mode = values["check_mode"]
+        self.diff = values["diff"]
+        offline = values["offline"]
         if offline is None:
             offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
         self.offline = offline
 
+    def _size(self, name, value):
+        try:
+            return disk_preflight.parse_size(value)
+        except ValueError as exc:
+            self._problems.append("%s: %s" % (name, exc))
+            return 0
+
+    @property
+    def endpoint_display(self):
+        """The endpoint as it may be printed (credentials redacted)."""
+        return redact_url(self.endpoint)
+
     def validate(self):
-        problems = []
-        if not isinstance(self.repo_id, str) or not re.match(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$", self.repo_id or ""):
-            problems.append("repo_id %r is not of the form 'org/name'" % (self.repo_id,))
+        problems = list(self._problems)
+        why = repo_id_problem(self.repo_id)
+        if why:
+            problems.append("repo_id %r is not a valid repo id: %s" % (self.repo_id, why))
         if self.repo_type not in REPO_TYPES:
             problems.append("repo_type must be one of %s" % ", ".join(REPO_TYPES))
         if self.verify not in VERIFY_MODES:
             problems.append("verify must be one of %s" % ", ".join(VERIFY_MODES))
-        if not isinstance(self.max_workers, int) or not 1 <= self.max_workers <= 64:
-            problems.append("max_workers must be between 1 and 64")
-        if not isinstance(self.retries, int) or not 0 <= self.retries <= 100:
-            problems.append("retries must be between 0 and 100")
-        if not self.stall_timeout or self.stall_timeout <= 0:
-            problems.append("stall_timeout must be a positive number of seconds")
+        for name, (low, high, inclusive) in sorted(spec.LIMITS.items()):
+            value = getattr(self, name)
+            kind = int if spec.ARGUMENT_SPEC[name]["type"] == "int" else (int, float)
+            ok = (isinstance(value, kind) and not isinstance(value, bool)
+                  and (isinstance(value, int) or math.isfinite(value)))
+            if not ok or value > high or value < low or (value == low and not inclusive):
+                problems.append("%s must be a number %s %s and <= %s, got %r"
+                                % (name, ">=" if inclusive else ">", low, high, value))
+        if not isinstance(self.revision, str) or re.search(r"[\x00-\x1f\x7f]", self.revision):
+            problems.append("revision %r contains control characters" % (self.revision,))
         if self.local_dir in ("/", ""):
             problems.append("local_dir must not be /")
-        if os.path.exists(self.local_dir) and not os.path.isdir(self.local_dir):
+        elif os.path.islink(self.local_dir):
+            problems.append("local_dir %s is a symlink; set local_dir to the directory it points to "
+                            "(hf_download follows no symlink under local_dir)" % self.local_dir)
+        elif os.path.exists(self.local_dir) and not os.path.isdir(self.local_dir):
             problems.append("local_dir %s exists and is not a directory" % self.local_dir)
-        parts = urllib.parse.urlsplit(self.endpoint)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            problems.append("endpoint %r is not an http(s) URL" % self.endpoint)
+        why = endpoint_problem(self.endpoint)
+        if why:
+            problems.append("endpoint %s is not usable: %s" % (self.endpoint_display, why))
         if problems:
             raise DownloadError(
                 "invalid arguments: " + "; ".join(problems),
@@ -237,113 +273,188 @@ def select(tree_files, allow_patterns, ignore_patterns):
     return selected, unmatched_patterns(paths, allow_patterns)
 
 
-def hash_file(path, size, lfs):
-    """(sha256 hex, git blob sha1 hex or None) of a local file, streamed in 8 MiB blocks."""
-    sha256 = hashlib.sha256()
-    sha1 = None if lfs else hashlib.sha1(b"blob %d\0" % size)
-    buf = bytearray(HASH_BLOCK)
-    mv = memoryview(buf)
-    with open(path, "rb", buffering=0) as handle:
-        while True:
-            n = handle.readinto(mv)
-            if not n:
-                break
-            sha256.update(mv[:n])
-            if sha1 is not None:
-                sha1.update(mv[:n])
-    return sha256.hexdigest(), (sha1.hexdigest() if sha1 is not None else None)
+def check_tree(opts, commit, tree_files, source="the Hub's tree listing"):
+    """Refuse a listing with any path that could leave local_dir or collide with our state,
+    or an entry without a usable size/oid -- before a single byte is written."""
+    where = "%s of %s@%s (commit %s)" % (source, opts.repo_id, opts.revision, (commit or "?")[:12])
+    fix = hostile_fix(opts)
+    if source.startswith("the tree cached"):
+        fix = ("remove %s (the next run rebuilds it from the Hub) and find out what wrote it; if the Hub lists "
+               "the same, %s" % (hf_manifest.manifest_path(opts.local_dir), fix))
+    if not isinstance(tree_files, dict):
+        raise DownloadError("%s is not a mapping of paths; nothing was written" % where, code="bad_listing", fix=fix)
+    for path in sorted(tree_files, key=repr):
+        why = repo_path_problem(path)
+        if why:
+            raise DownloadError(
+                "%s names the file %r, which hf_download refuses because %s; nothing was written"
+                % (where, path, why), code="unsafe_path", fix=fix)
+        why = tree_entry_problem(tree_files[path])
+        if why:
+            raise DownloadError("%s lists %r, but %s; nothing was written" % (where, path, why),
+                                code="bad_listing", fix=fix)
 
 
-def make_plan(opts, commit, tree_files, manifest, hash_workers=None):
+def hostile_fix(opts):
+    return ("a genuine Hugging Face Hub never lists such a file: the endpoint %s (endpoint option / HF_ENDPOINT), "
+            "or a mirror or proxy in between, is broken, hostile or compromised; check it before running again"
+            % opts.endpoint_display)
+
+
+class FileChanged(Exception):
+    """The file changed (size, mtime, ctime or inode) while it was being hashed."""
+
+
+def _identity(st):
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def hash_file(path, size, lfs, root=None):
+    """(sha256 hex, git blob sha1 hex or None, fstat at open) of a local file.
+
+    Read in 16 MiB sequential blocks through a descriptor opened without following
+    symlinks (under ``root``); FileChanged if the file changed while it was read.
+    """
+    fd = open_nofollow(path, os.O_RDONLY, root=root)
+    try:
+        st = os.fstat(fd)
+        if hasattr(os, "posix_fadvise"):
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            except OSError:
+                pass
+        sha256 = hashlib.sha256()
+        sha1 = None if lfs else hashlib.sha1(b"blob %d\0" % size)
+        mv = memoryview(bytearray(HASH_BLOCK))
+        with open(fd, "rb", buffering=0, closefd=False) as handle:
+            while True:
+                n = handle.readinto(mv)
+                if not n:
+                    break
+                sha256.update(mv[:n])
+                if sha1 is not None:
+                    sha1.update(mv[:n])
+        if _identity(os.fstat(fd)) != _identity(st):
+            raise FileChanged(path)
+    finally:
+        os.close(fd)
+    return sha256.hexdigest(), (sha1.hexdigest() if sha1 is not None else None), st
+
+
+def make_plan(opts, commit, tree_files, manifest, hash_workers=None, source="the Hub's tree listing"):
     """Compare the selected tree entries with the disk and the manifest.
 
-    Only local work: one ``stat`` per file, a 1 MiB sample read for files whose
-    timestamp changed, and a full hash for files the manifest does not vouch
-    for (or every file with verify=full).  Records verified files in
-    ``manifest`` (in memory).
+    Only local work: one ``stat`` per file (never following a symlink) and a full
+    hash for every file the manifest does not vouch for with the same size,
+    mtime, ctime and inode (or every file with verify=full).  Only the explicit
+    opt-in ``verify: sample-unsafe`` re-accepts a changed file by 16 sampled blocks.
+    Records verified files in ``manifest`` (in memory).
     """
+    check_tree(opts, commit, tree_files, source)
     selected, unmatched = select(tree_files, opts.allow_patterns, opts.ignore_patterns)
     files = []
     to_hash = []
-    checked = []
     for path in selected:
         info = tree_files[path]
         pf = PlanFile(path, info["size"], info["oid"], info["lfs"])
-        if not isinstance(pf.size, int) or pf.size < 0:
-            raise DownloadError(
-                "the Hub listed no size for %s at %s; an unknown size cannot be checked against free disk space"
-                % (path, commit),
-                code="unknown_size",
-                fix="retry later; if it persists the Hub listing is broken for this file",
-            )
         files.append(pf)
-        checked.append((pf, manifest.stat_check(path, pf.oid, pf.size)))
-    touched = [(os.path.join(manifest.local_dir, pf.path), pf.size) for pf, (outcome, _st) in checked
-               if outcome == hf_manifest.TOUCHED and opts.verify == "sha256"]
-    if len(touched) > 1:
-        hf_manifest.prefetch_samples(touched)
-    for pf, (outcome, st) in checked:
-        path = pf.path
-        if outcome == hf_manifest.MISSING:
-            pf.action, pf.reason = "fetch", "missing"
-        elif outcome == hf_manifest.SIZE:
-            pf.action, pf.reason = "fetch", "size %d, expected %d" % (st.st_size, pf.size)
-            pf.existing = st.st_size
-        elif outcome == hf_manifest.OK:
-            if opts.verify == "full":
-                to_hash.append((pf, st))
-            else:
-                pf.action = "present"
-        elif outcome == hf_manifest.TOUCHED:
-            entry = manifest.entry(path)
-            if opts.verify == "size":
-                pf.action, pf.reason = "refresh", "timestamp changed"
-                manifest.record(path, pf.size, st.st_mtime_ns, entry.get("sha256"), pf.oid, entry.get("commit"), entry.get("sample"))
-            elif opts.verify == "sha256" and entry.get("sample") and _sample(manifest, path, pf.size) == entry["sample"]:
-                pf.action, pf.reason = "refresh", "timestamp changed, sampled blocks unchanged"
-                manifest.record(path, pf.size, st.st_mtime_ns, entry.get("sha256"), pf.oid, entry.get("commit"), entry["sample"])
-            else:
-                to_hash.append((pf, st))
-        else:  # UNKNOWN: present with the right size, not vouched for by the manifest
-            if opts.verify == "size":
-                pf.action, pf.reason = "adopt", "size matches (verify=size)"
-                sample = _sample(manifest, path, pf.size)
-                manifest.record(path, pf.size, st.st_mtime_ns, None, pf.oid, commit, sample)
-            else:
-                to_hash.append((pf, st))
+        try:
+            outcome, st = manifest.stat_check(path, pf.oid, pf.size)
+        except UnsafePathError as exc:
+            raise DownloadError(
+                "%s cannot be checked: %s" % (path, exc), code="unsafe_path",
+                fix="hf_download follows no symlink inside local_dir %s: remove the symlink (or move the real "
+                    "directory there) and run again; nothing was changed" % opts.local_dir)
+        _classify(opts, pf, outcome, st, manifest, commit, to_hash)
     plan = Plan(commit, files, unmatched)
     if to_hash:
         _hash_present(opts, plan, to_hash, manifest, commit, hash_workers)
     return plan
 
 
+def _classify(opts, pf, outcome, st, manifest, commit, to_hash):
+    """Set ``pf.action`` from the stat outcome, or queue ``pf`` for hashing."""
+    path = pf.path
+    if outcome == hf_manifest.MISSING:
+        pf.action, pf.reason = "fetch", "missing"
+    elif outcome == hf_manifest.NOT_REGULAR:
+        pf.action, pf.reason = "fetch", "not a regular file (a symlink, directory or device is replaced, never followed)"
+    elif outcome == hf_manifest.SIZE:
+        pf.action, pf.reason = "fetch", "size %d, expected %d" % (st.st_size, pf.size)
+        pf.existing = st.st_size
+    elif outcome == hf_manifest.OK:
+        if opts.verify == "full":
+            to_hash.append((pf, st))
+        else:
+            pf.action = "present"
+    elif outcome == hf_manifest.TOUCHED:
+        entry = manifest.entry(path)
+        if opts.verify == "size":
+            pf.action, pf.reason = "refresh", "stat changed (verify=size trusts the size)"
+            manifest.record(path, st, entry.get("sha256"), pf.oid, entry.get("commit"), entry.get("sample"))
+        elif opts.verify == "sample-unsafe" and entry.get("sample") and _sample(manifest, path, pf.size) == entry["sample"]:
+            pf.action, pf.reason = "refresh", "stat changed, sampled blocks unchanged (verify=sample-unsafe)"
+            manifest.record(path, st, entry.get("sha256"), pf.oid, entry.get("commit"), entry["sample"])
+        else:
+            to_hash.append((pf, st))
+    elif opts.verify == "size":  # UNKNOWN: present with the right size, not vouched for by the manifest
+        pf.action, pf.reason = "adopt", "size matches (verify=size)"
+        manifest.record(path, st, None, pf.oid, commit, _sample(manifest, path, pf.size))
+    else:
+        to_hash.append((pf, st))
+
+
 def _sample(manifest, path, size):
     try:
-        return hf_manifest.sample_digest(os.path.join(manifest.local_dir, path), size)
+        fd = open_nofollow(os.path.join(manifest.local_dir, path), os.O_RDONLY, root=manifest.local_dir)
     except OSError:
         return None
+    try:
+        return hf_manifest.sample_digest(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def hash_workers_default(count):
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, count))
 
 
 def _hash_present(opts, plan, to_hash, manifest, commit, hash_workers):
+    """Hash present files in full, one thread per core, largest first (hashlib releases the GIL)."""
     import concurrent.futures
 
-    workers = hash_workers or min(4, max(1, os.cpu_count() or 1), len(to_hash))
+    workers = hash_workers or hash_workers_default(len(to_hash))
 
     def work(item):
-        pf, st = item
+        pf, _st = item
         full = os.path.join(manifest.local_dir, pf.path)
-        sha256, sha1 = hash_file(full, pf.size, pf.lfs)
-        return pf, st, sha256, sha1
+        try:
+            return item, hash_file(full, pf.size, pf.lfs, root=manifest.local_dir)
+        except (FileChanged, UnsafePathError, FileNotFoundError) as exc:
+            return item, exc
 
+    ordered = sorted(to_hash, key=lambda item: -item[0].size)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for pf, st, sha256, sha1 in pool.map(work, to_hash):
+        for (pf, st), outcome in pool.map(work, ordered):
             plan.hashed += 1
             plan.hashed_bytes += pf.size
+            if isinstance(outcome, Exception):
+                pf.action, pf.reason = "fetch", "changed or replaced while it was being checked (%s)" % type(outcome).__name__
+                manifest.forget(pf.path)
+                continue
+            sha256, sha1, hashed_st = outcome
             got = sha256 if pf.lfs else sha1
-            if got == pf.oid:
-                pf.action = "present" if manifest.entry(pf.path) and manifest.entry(pf.path).get("sha256") == sha256 else "adopt"
+            if got == pf.oid and hashed_st.st_size == pf.size:
+                entry = manifest.entry(pf.path)
+                pf.action = "present" if entry and entry.get("sha256") == sha256 else "adopt"
                 pf.reason = "verified by hashing"
-                manifest.record(pf.path, pf.size, st.st_mtime_ns, sha256, pf.oid, commit, _sample(manifest, pf.path, pf.size))
+                manifest.record(pf.path, hashed_st, sha256, pf.oid, commit, _sample(manifest, pf.path, pf.size))
             else:
                 pf.action = "fetch"
                 pf.reason = "content differs from the Hub (%s %s..., expected %s...)" % (
@@ -427,30 +538,42 @@ class Hub(object):
         return sha
 
     def tree(self, commit):
+        what = "listing files of %s@%s (commit %s)" % (self.opts.repo_id, self.opts.revision, commit[:12])
+
         def listing():
             files = {}
             masked = False
-            for item in self.api.list_repo_tree(
+            items = self.api.list_repo_tree(
                 self.opts.repo_id,
                 recursive=True,
                 revision=commit,
                 repo_type=self.opts.repo_type,
                 token=self.token_arg,
-            ):
+            )
+            while True:
+                try:
+                    item = next(items)
+                except StopIteration:
+                    break
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    # huggingface_hub builds RepoFile(**entry): a missing size/oid/lfs field is a KeyError
+                    raise DownloadError(
+                        "%s: the Hub's tree listing has an entry without the field %s; nothing was written"
+                        % (what, exc), code="bad_listing", fix=hostile_fix(self.opts))
                 if not hasattr(item, "blob_id") or not hasattr(item, "size"):
                     continue  # a folder
                 lfs = getattr(item, "lfs", None)
                 if lfs is not None:
-                    oid = lfs.sha256 if hasattr(lfs, "sha256") else lfs["sha256"]
-                    size = lfs.size if hasattr(lfs, "size") else lfs["size"]
+                    oid = lfs.sha256 if hasattr(lfs, "sha256") else lfs.get("sha256")
+                    size = lfs.size if hasattr(lfs, "size") else lfs.get("size")
                 else:
                     oid, size = item.blob_id, item.size
-                if oid and "*" in oid:
+                if isinstance(oid, str) and "*" in oid:
                     masked = True
                 files[item.path] = tree_entry(size, oid, lfs is not None)
             return files, masked
 
-        return self._call("listing files of %s@%s" % (self.opts.repo_id, commit[:12]), listing)
+        return self._call(what, listing)
 
     def auth_check(self):
         self._call(
@@ -564,89 +687,183 @@ class ProgressWriter(object):
         }
 
     def write(self, state, stats=None, error=None):
+        """Replace the progress file atomically (through _io, never following a symlink).
+
+        When the disk is full the atomic replace cannot get a block for its temp file; the
+        file is then rewritten in place, which reuses its own blocks, so a run that failed on
+        ENOSPC still says ``failed``.
+        """
         data = self.snapshot(state, stats, error)
-        directory = os.path.dirname(self.path)
+        body = json.dumps(data).encode("utf-8")
+        root = self.opts.local_dir if _is_under(self.path, self.opts.local_dir) else None
         try:
-            os.makedirs(directory, exist_ok=True)
-            tmp = "%s.%d.tmp" % (self.path, os.getpid())
-            with open(tmp, "w") as handle:
-                json.dump(data, handle)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+            atomic_write(self.path, body, mode=0o644, root=root, create_dirs=True)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            fd = open_nofollow(self.path, os.O_WRONLY, root=root)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, body, 0)
+            finally:
+                os.close(fd)
         return data
+
+
+def _is_under(path, root):
+    return os.path.commonpath([os.path.abspath(path), root]) == root and os.path.abspath(path) != root
 
 
 # ------------------------------------------------------------------ local state
 class DirLock(object):
-    """flock on <local_dir>/.ct200/lock: one download per local_dir at a time."""
+    """flock on <local_dir>/.ct200/lock, taken before anything is read or planned: one
+    hf_download per local_dir at a time.  ``timeout`` seconds to wait for another run (0: fail
+    at once).  Directories it had to create are removed again by :meth:`release` when a
+    failed run left them empty."""
 
-    def __init__(self, local_dir):
+    def __init__(self, local_dir, timeout=0.0, clock=time.monotonic, sleep=time.sleep):
+        self.local_dir = local_dir
         self.path = os.path.join(hf_manifest.state_dir(local_dir), LOCK_NAME)
+        self.timeout = timeout
+        self.clock = clock
+        self.sleep = sleep
         self.fd = None
+        self.created = []
 
-    def __enter__(self):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def acquire(self):
+        if not os.path.isdir(self.local_dir):
+            missing = []
+            parent = self.local_dir
+            while not os.path.lexists(parent):
+                missing.append(parent)
+                parent = os.path.dirname(parent)
+            os.makedirs(self.local_dir, 0o755, exist_ok=True)
+            self.created = missing  # deepest first
+        if not os.path.lexists(hf_manifest.state_dir(self.local_dir)):
+            self.created.insert(0, hf_manifest.state_dir(self.local_dir))
+        deadline = self.clock() + max(0.0, float(self.timeout or 0))
+        while True:
+            fd = open_nofollow(self.path, os.O_RDWR | os.O_CREAT, 0o644, root=self.local_dir, create_dirs=True)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                if self.clock() >= deadline:
+                    raise DownloadError(
+                        "another hf_download is writing to %s%s" % (
+                            self.local_dir, " (waited %g s)" % self.timeout if self.timeout else ""),
+                        code="busy",
+                        fix="wait for it to finish (see %s), stop it, or set lock_timeout to wait for it"
+                            % os.path.join(hf_manifest.state_dir(self.local_dir), PROGRESS_NAME),
+                    )
+                self.sleep(LOCK_POLL)
+                continue
+            if self._still_linked(fd):
+                self.fd = fd
+                return self
+            os.close(fd)  # the holder removed the lock file on its way out: lock the new one
+
+    def _still_linked(self, fd):
+        st = hf_manifest.lstat_under(self.local_dir, os.path.join(hf_manifest.STATE_DIR, LOCK_NAME))
+        return st is not None and st.st_ino == os.fstat(fd).st_ino
+
+    def release(self, failed=False):
+        if self.fd is None:
+            return
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.fd)
-            self.fd = None
-            raise DownloadError(
-                "another hf_download is writing to %s" % os.path.dirname(os.path.dirname(self.path)),
-                code="busy",
-                fix="wait for it to finish (see %s) or stop it" % PROGRESS_NAME,
-            )
-        return self
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
+            if failed and self.created:
+                self._remove_created()
+        finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
 
+    def _remove_created(self):
+        """A run that failed on a directory it created leaves nothing behind (rmdir: only if empty)."""
+        from ansible_collections.ct200.deploy.plugins.module_utils._io import safe_remove
+
+        try:
+            safe_remove(self.path, root=self.local_dir)
+        except OSError:
+            return
+        for directory in self.created:
+            try:
+                os.rmdir(directory)
+            except OSError:
+                return
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, exc_type, *exc):
+        self.release(failed=exc_type is not None)
+
 
 def clean_temp(opts, keep_keys):
-    """Remove temp files no current plan can use: our stale partials, manifest temp files,
-    and huggingface_hub's orphaned ``*.incomplete`` files in ``local_dir/.cache/huggingface``."""
-    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_engine import tmp_dir
+    """Remove temp files no current plan can use: our stale partials and state files, the
+    atomic writer's leftovers, and huggingface_hub's orphaned ``*.incomplete`` files in
+    ``local_dir/.cache/huggingface``.  Every directory is opened without following symlinks."""
+    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_engine import TMP_DIR, state_key
 
     removed = []
-    tdir = tmp_dir(opts.local_dir)
-    if os.path.isdir(tdir):
-        for name in os.listdir(tdir):
-            key = name.rsplit(".", 1)[0] if name.endswith((".part", ".state")) else None
-            if key is None and name.endswith(".tmp"):
-                key = name.split(".state.tmp")[0] if ".state.tmp" in name else None
-            if key in keep_keys:
-                continue
-            _unlink(os.path.join(tdir, name), removed)
-    sdir = hf_manifest.state_dir(opts.local_dir)
-    if os.path.isdir(sdir):
-        for name in os.listdir(sdir):
-            if name.startswith(".manifest.") and name.endswith(".tmp"):
-                _unlink(os.path.join(sdir, name), removed)
-    hf_dir = os.path.join(opts.local_dir, ".cache", "huggingface", "download")
-    if os.path.isdir(hf_dir):
-        for root, _dirs, names in os.walk(hf_dir):
+    root = opts.local_dir
+    tmp_rel = os.path.join(hf_manifest.STATE_DIR, TMP_DIR)
+    for name in _listdir_under(root, tmp_rel):
+        if state_key(name) not in keep_keys:
+            _remove_entry(root, tmp_rel, name, removed)
+    for name in remove_stale_temps(hf_manifest.state_dir(root), root=root) if os.path.isdir(
+            hf_manifest.state_dir(root)) else []:
+        removed.append(os.path.join(hf_manifest.STATE_DIR, name))
+    for name in _listdir_under(root, hf_manifest.STATE_DIR):
+        if name.startswith(".manifest.") and name.endswith(".tmp"):  # written by earlier versions
+            _remove_entry(root, hf_manifest.STATE_DIR, name, removed)
+    hf_rel = os.path.join(".cache", "huggingface", "download")
+    try:
+        dir_fd = parent_fd(os.path.join(root, hf_rel, "x"), root=root)[0]
+    except (OSError, UnsafePathError):
+        return removed
+    try:
+        for dirpath, _dirs, names, dfd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
             for name in names:
                 if name.endswith(".incomplete"):
-                    _unlink(os.path.join(root, name), removed)
-    return [os.path.relpath(p, opts.local_dir) for p in removed]
+                    try:
+                        if stat.S_ISREG(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                            os.unlink(name, dir_fd=dfd)
+                            removed.append(os.path.normpath(os.path.join(hf_rel, dirpath, name)))
+                    except FileNotFoundError:
+                        pass
+    finally:
+        os.close(dir_fd)
+    return removed
 
 
-def _unlink(path, removed):
+def _listdir_under(root, rel):
     try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            import shutil
+        dir_fd = parent_fd(os.path.join(root, rel, "x"), root=root)[0]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        return sorted(os.listdir(dir_fd))
+    finally:
+        os.close(dir_fd)
 
-            shutil.rmtree(path)
+
+def _remove_entry(root, rel, name, removed):
+    """Unlink a file (or symlink: the link, never its target) or remove a directory tree, fd-relative."""
+    import shutil
+
+    dir_fd = parent_fd(os.path.join(root, rel, "x"), root=root)[0]
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(name, dir_fd=dir_fd)  # fd-based, symlink-attack resistant on Linux
         else:
-            os.unlink(path)
-        removed.append(path)
+            os.unlink(name, dir_fd=dir_fd)
+        removed.append(os.path.join(rel, name))
     except FileNotFoundError:
         pass
+    finally:
+        os.close(dir_fd)
 
 
 # ---------------------------------------------------------------------- the run
@@ -694,9 +911,63 @@ def _result(opts, plan, started, changed, planning, network_calls, **extra):
 
 
 def run(opts, clock=time.monotonic):
-    """Execute one download.  Returns the module result dict; raises DownloadError."""
+    """Execute one download.  Returns the module result dict; raises DownloadError.
+
+    The local_dir lock is taken before the manifest is read or anything is planned (check
+    mode takes none and writes nothing): a second run on the same directory waits
+    (``lock_timeout``) or fails, and never acts on a plan made while another run was writing.
+    """
     started = clock()
     opts.validate()
+    lock = None
+    try:
+        try:
+            if not opts.check_mode:
+                lock = DirLock(opts.local_dir, opts.lock_timeout).acquire()
+            return _run_locked(opts, clock, started)
+        except UnsafePathError as exc:
+            raise DownloadError(str(exc), code="unsafe_path",
+                                fix="hf_download follows no symlink it did not create under local_dir %s; remove "
+                                    "it and run again" % opts.local_dir) from None
+        except OSError as exc:
+            raise local_error(opts, exc) from None
+    except BaseException:
+        if lock is not None:
+            lock.release(failed=True)
+            lock = None
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def local_error(opts, exc, path=None, details=None):
+    """One DownloadError for an OSError on the local disk (disk full named as such)."""
+    where = " while writing %s" % path if path else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "the filesystem is full"
+        try:
+            fs = disk_preflight.fs_info(opts.local_dir)
+            fs_text = " (%s on %s, %s free now)" % (fs.fstype, fs.mountpoint, disk_preflight.format_bytes(fs.free_bytes))
+        except Exception:  # the description is a courtesy; the cause is known
+            fs_text = ""
+        return DownloadError(
+            "download of %s into %s stopped%s: %s%s; verified files are kept, partial files resume"
+            % (opts.repo_id, opts.local_dir, where, what, fs_text),
+            code="disk_full",
+            fix="something else filled the filesystem after the disk preflight: free space there (or pick a "
+                "larger local_dir) and re-run the task",
+            details=details,
+        )
+    return DownloadError(
+        "download of %s into %s stopped%s: %s" % (opts.repo_id, opts.local_dir, where, exc),
+        code="local_error",
+        fix="check permissions and health of the filesystem holding %s, then re-run the task" % opts.local_dir,
+        details=details,
+    )
+
+
+def _run_locked(opts, clock, started):
     manifest = hf_manifest.Manifest.load(opts.local_dir)
     warnings = [manifest.warning] if manifest.warning else []
     manifest.bind_repo(opts.repo_id, opts.repo_type)
@@ -713,7 +984,8 @@ def run(opts, clock=time.monotonic):
         commit = lean_resolve(opts, timeout=min(opts.api_timeout, 30.0))
     cached_tree = manifest.tree_for(commit) if commit else None
     if cached_tree is not None and opts.verify != "full":
-        plan = make_plan(opts, commit, cached_tree, manifest)
+        plan = make_plan(opts, commit, cached_tree, manifest,
+                         source="the tree cached in %s" % hf_manifest.manifest_path(opts.local_dir))
         if not plan.to_fetch:
             return _finish_noop(opts, plan, manifest, started, network_calls, warnings, "manifest")
     if opts.offline:
@@ -813,45 +1085,44 @@ def run(opts, clock=time.monotonic):
 
     headers = hub.headers()
     allowed = set(HUB_ORIGINS) | {origin_of(opts.endpoint)}
-    with DirLock(opts.local_dir):
-        removed = clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
-        manifest.save(fsync=opts.fsync)
-        progress = ProgressWriter(opts, plan, clock())
-        progress.write("running")
-        eng = engine_mod.Engine(
-            opts.local_dir,
-            plan.to_fetch,
-            headers,
-            allowed,
-            manifest,
-            commit,
-            max_workers=opts.max_workers,
-            verify=opts.verify,
-            stall_timeout=opts.stall_timeout,
-            retries=opts.retries,
-            split_min=opts.split_min,
-            backoff_max=opts.backoff_max,
-            fsync=opts.fsync,
-            direct_io=opts.direct_io,
-            on_progress=lambda e: progress.write("running", e.stats),
-            progress_interval=opts.progress_interval,
-        )
-        fetch_started = clock()
-        try:
-            stats = eng.run()
-        except engine_mod.FetchFailed as exc:
-            progress.write("failed", eng.stats, error=str(exc))
-            raise fetch_error(opts, exc, eng.stats)
-        except BaseException as exc:
-            progress.write("failed", eng.stats, error="%s: %s" % (type(exc).__name__, exc))
-            raise
-        fetch_seconds = max(clock() - fetch_started, 1e-6)
-        t_fetched = clock()
-        try:
-            os.rmdir(engine_mod.tmp_dir(opts.local_dir))
-        except OSError:
-            pass
-        progress.write("done", stats)
+    removed = clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
+    manifest.save(fsync=opts.fsync)
+    progress = ProgressWriter(opts, plan, clock())
+    progress.write("running")
+    eng = engine_mod.Engine(
+        opts.local_dir,
+        plan.to_fetch,
+        headers,
+        allowed,
+        manifest,
+        commit,
+        max_workers=opts.max_workers,
+        verify=opts.verify,
+        stall_timeout=opts.stall_timeout,
+        retries=opts.retries,
+        split_min=opts.split_min,
+        backoff_max=opts.backoff_max,
+        fsync=opts.fsync,
+        direct_io=opts.direct_io,
+        on_progress=lambda e: progress.write("running", e.stats),
+        progress_interval=opts.progress_interval,
+    )
+    fetch_started = clock()
+    try:
+        stats = eng.run()
+    except engine_mod.FetchFailed as exc:
+        error = fetch_error(opts, exc, eng.stats)
+        _mark_failed(progress, eng.stats, error.message, warnings)
+        raise error
+    except BaseException as exc:
+        _mark_failed(progress, eng.stats, "%s: %s" % (type(exc).__name__, exc), warnings)
+        raise
+    fetch_seconds = max(clock() - fetch_started, 1e-6)
+    t_fetched = clock()
+    engine_mod.remove_tmp_dir(opts.local_dir)
+    progress.write("done", stats)
+    if eng.warnings:
+        warnings.extend(eng.warnings)
     res = _result(
         opts,
         plan,
@@ -885,9 +1156,23 @@ def run(opts, clock=time.monotonic):
     return res
 
 
+def _mark_failed(progress, stats, message, warnings):
+    """Record the failure in the progress file without masking the error that caused it."""
+    try:
+        progress.write("failed", stats, error=message)
+    except Exception as exc:  # the original error is what the operator needs; this one is a footnote
+        warnings.append("could not mark %s failed: %s" % (progress.path, exc))
+
+
 def fetch_error(opts, exc, stats):
     cause = getattr(exc, "cause", None)
     details = {"bytes_downloaded": stats.bytes_fetched, "files_downloaded": len(stats.downloaded), "path": exc.path}
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return local_error(opts, cause, path=exc.path, details=details)
+    if isinstance(cause, UnsafePathError):
+        return DownloadError("%s; nothing was written there" % cause, code="unsafe_path",
+                             fix="hf_download follows no symlink it did not create under local_dir %s: remove it "
+                                 "and re-run the task" % opts.local_dir, details=details)
     if cause is not None and getattr(cause, "response", None) is not None and cause.status in (401, 403, 404):
         from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import classify
 
@@ -903,14 +1188,11 @@ def fetch_error(opts, exc, stats):
 
 
 def _finish_noop(opts, plan, manifest, started, network_calls, warnings, planning, disk=None):
-    if manifest.dirty and not opts.check_mode:
+    if manifest.dirty and not opts.check_mode:  # the caller holds the local_dir lock
         try:
-            with DirLock(opts.local_dir):
-                manifest.save(fsync=opts.fsync)
-        except DownloadError:
-            warnings.append("manifest not updated: another hf_download is writing to %s" % opts.local_dir)
+            manifest.save(fsync=opts.fsync)
         except OSError as exc:
-            warnings.append("could not update the manifest: %s" % exc)
+            warnings.append("could not update the manifest (files are hashed again next run): %s" % exc)
     res = _result(opts, plan, started, False, planning, network_calls, warnings=warnings)
     if disk is not None:
         res["disk"] = disk

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Parallel, resumable, verifying fetch of planned files (standard library only).
 
 PRIVATE to the ct200.deploy collection.
@@ -24,7 +24,11 @@ Model:
   errors are retried with exponential backoff honouring ``Retry-After``;
 * a complete file is checked against the Hub's oid (LFS sha256, or git blob
   sha1 for small files), fsynced if asked, renamed into place atomically and
-  recorded in the manifest; a mismatch deletes the part file and fetches it again.
+  recorded in the manifest; a mismatch deletes the part file and fetches it again;
+* every open, rename and removal under ``local_dir`` goes through :mod:`_io` or
+  directory descriptors walked from ``local_dir`` with ``O_NOFOLLOW``: a planted
+  symlink (a ``.part``, a ``.state``, a directory on the way to a file) is refused
+  or replaced, never followed.
 """
 
 from __future__ import annotations
@@ -35,10 +39,18 @@ import json
 import mmap
 import os
 import socket
+import stat
 import threading
 import time
 
 from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
+from ansible_collections.ct200.deploy.plugins.module_utils._io import (
+    UnsafePathError,
+    atomic_write,
+    open_nofollow,
+    parent_fd,
+    safe_remove,
+)
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http import (
     Connections,
     HttpError,
@@ -71,20 +83,49 @@ def part_key(path, oid):
     return "%s.%s" % (hashlib.sha256(path.encode("utf-8")).hexdigest()[:16], (oid or "none")[:16])
 
 
+def state_key(name):
+    """The part key a file in the tmp directory belongs to (None for names we never write)."""
+    for suffix in (".part", ".state"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def remove_tmp_dir(local_dir):
+    """rmdir .ct200/tmp if empty (relative to the state directory's descriptor: no symlink followed)."""
+    try:
+        dir_fd = parent_fd(tmp_dir(local_dir), root=local_dir)[0]
+    except (OSError, UnsafePathError):
+        return
+    try:
+        os.rmdir(TMP_DIR, dir_fd=dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
 def read_partial(local_dir, path, oid, size):
     """Bytes already present in a resumable partial file of (path, oid, size); 0 if none/unusable."""
     key = part_key(path, oid)
     base = os.path.join(tmp_dir(local_dir), key)
-    state = _load_state(base + ".state")
+    state = _load_state(base + ".state", local_dir)
     if not state or state.get("path") != path or state.get("oid") != oid or state.get("size") != size:
         return 0, None
     try:
-        st = os.stat(base + ".part")
-    except OSError:
+        st = hf_manifest.lstat_under(local_dir, os.path.relpath(base + ".part", local_dir))
+    except (OSError, UnsafePathError):
         return 0, None
-    segments = state.get("segments") or []
+    if st is None or not stat.S_ISREG(st.st_mode):
+        return 0, None
+    segments = state.get("segments")
+    if not isinstance(segments, list):
+        return 0, None
     done = 0
-    for start, end, pos in segments:
+    for seg in segments:
+        if not (isinstance(seg, list) and len(seg) == 3 and all(isinstance(v, int) and not isinstance(v, bool) for v in seg)):
+            return 0, None
+        start, end, pos = seg
         if not (0 <= start <= pos <= end <= size):
             return 0, None
         done += pos - start
@@ -93,20 +134,17 @@ def read_partial(local_dir, path, oid, size):
     return done, segments
 
 
-def _load_state(path):
+def _load_state(path, local_dir):
     try:
-        with open(path, "r") as handle:
-            data = json.load(handle)
+        fd = open_nofollow(path, os.O_RDONLY, root=local_dir)
+    except (OSError, UnsafePathError):
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = json.loads(handle.read(1 << 20).decode("utf-8"))
         return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
-
-
-def _atomic_write_json(path, data):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, separators=(",", ":"))
-    os.replace(tmp, path)
 
 
 class Segment(object):
@@ -128,6 +166,7 @@ class FileJob(object):
 
     def __init__(self, plan_file, local_dir, hashing):
         self.pf = plan_file
+        self.local_dir = local_dir
         self.path = plan_file.path
         self.size = plan_file.size
         self.oid = plan_file.oid
@@ -258,6 +297,7 @@ class Engine(object):
         self.progress_interval = progress_interval
         self.manifest_save_interval = manifest_save_interval
         self.sleep = sleep
+        self.warnings = []
 
         self.lock = threading.Condition()
         self.pending = collections.deque()
@@ -276,7 +316,6 @@ class Engine(object):
 
     # ------------------------------------------------------------ preparation
     def _prepare(self):
-        os.makedirs(tmp_dir(self.local_dir), exist_ok=True)
         for job in self.jobs:
             done, segments = read_partial(self.local_dir, job.path, job.oid, job.size)
             if segments:
@@ -285,10 +324,7 @@ class Engine(object):
                 self.stats.bytes_resumed += done
             else:
                 for stale in (job.part, job.state_path):
-                    try:
-                        os.unlink(stale)
-                    except FileNotFoundError:
-                        pass
+                    safe_remove(stale, root=self.local_dir)
                 job.segments = [Segment(job, 0, job.size)] if job.size else []
             job.reset_hashers()
             for seg in job.segments:
@@ -357,7 +393,8 @@ class Engine(object):
                 except FetchFailed as exc:
                     self._fail(exc)
                 except Exception as exc:  # a bug or an OS error (disk full, permissions): stop, name it
-                    self._fail(FetchFailed("%s: %s: %s" % (seg.file.path, type(exc).__name__, exc), path=seg.file.path))
+                    self._fail(FetchFailed("%s: %s: %s" % (seg.file.path, type(exc).__name__, exc), cause=exc,
+                                           path=seg.file.path))
                 finally:
                     with self.lock:
                         self.active.discard(seg)
@@ -388,13 +425,16 @@ class Engine(object):
                 return
             if not job.started:
                 job.started = True
-                # the file this replaces is known to be wrong (missing, other size, other content)
-                if os.path.lexists(job.dest) and not os.path.isdir(job.dest):
-                    os.unlink(job.dest)
-            job.fd = os.open(job.part, os.O_RDWR | os.O_CREAT, 0o644)
+                # the file this replaces is known to be wrong (missing, other size, other content, a
+                # symlink): unlinked, never followed; a directory in its place is refused
+                safe_remove(job.dest, root=self.local_dir)
+            job.fd = self._open_part(job)
             job.dfd = self._open_direct(job)
             job.direct_ok = job.dfd is not None
             job.state_dirty = True
+
+    def _open_part(self, job):
+        return open_nofollow(job.part, os.O_RDWR | os.O_CREAT, 0o644, root=self.local_dir, create_dirs=True)
 
     def _open_direct(self, job):
         """O_DIRECT descriptor for big files: the bytes go to the disk without being copied into the
@@ -403,7 +443,8 @@ class Engine(object):
         if not self.direct_io or job.size < DIRECT_MIN_SIZE:
             return None
         try:
-            return os.open(job.part, os.O_RDWR | os.O_DIRECT)
+            # the very file job.fd holds (not whatever the name points to by now)
+            return os.open("/proc/self/fd/%d" % job.fd, os.O_RDWR | os.O_DIRECT | os.O_CLOEXEC)
         except OSError:
             self.direct_io = False  # this filesystem refuses it: do not try again
             return None
@@ -659,20 +700,11 @@ class Engine(object):
             return
         if self.fsync:
             os.fsync(job.fd)
+        sample = hf_manifest.sample_digest(job.fd, job.size)
         self._close_fds(job)
-        parent = os.path.dirname(job.dest)
-        os.makedirs(parent, exist_ok=True)
-        os.replace(job.part, job.dest)
-        if self.fsync:
-            _fsync_dir(parent)
-        try:
-            os.unlink(job.state_path)
-        except FileNotFoundError:
-            pass
-        st = os.stat(job.dest)
-        sample = hf_manifest.sample_digest(job.dest, job.size)
+        st = self._rename_into_place(job)
         with self.lock:
-            self.manifest.record(job.path, job.size, st.st_mtime_ns, sha256, job.oid, self.commit, sample)
+            self.manifest.record(job.path, st, sha256, job.oid, self.commit, sample)
             job.done = True
             self._open_jobs -= 1
             self.stats.files_done += 1
@@ -683,15 +715,29 @@ class Engine(object):
         if save:
             self._save_manifest()
 
+    def _rename_into_place(self, job):
+        """rename(2) the part file over the destination, both named relative to directory descriptors
+        walked from local_dir without following symlinks; returns the lstat of the result."""
+        src_fd, src_name = parent_fd(job.part, root=self.local_dir)
+        try:
+            dst_fd, dst_name = parent_fd(job.dest, root=self.local_dir, create=True)
+            try:
+                os.replace(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+                if self.fsync:
+                    _fsync_fd(dst_fd)
+                safe_remove(job.state_path, root=self.local_dir)
+                return os.stat(dst_name, dir_fd=dst_fd, follow_symlinks=False)
+            finally:
+                os.close(dst_fd)
+        finally:
+            os.close(src_fd)
+
     def _refetch(self, job, reason):
         job.verify_failures += 1
         self.stats.refetched.append(job.path)
         self._close_fds(job)
         for stale in (job.part, job.state_path):
-            try:
-                os.unlink(stale)
-            except FileNotFoundError:
-                pass
+            safe_remove(stale, root=self.local_dir)
         if job.verify_failures > self.retries:
             raise FetchFailed(
                 "%s: %s (after %d downloads; the source keeps sending other bytes)" % (job.path, reason, job.verify_failures),
@@ -703,7 +749,7 @@ class Engine(object):
             job.reset_hashers()
             job.finalizing = False
             job.state_dirty = True
-            job.fd = os.open(job.part, os.O_RDWR | os.O_CREAT, 0o644)
+            job.fd = self._open_part(job)
             job.dfd = self._open_direct(job)
             job.direct_ok = job.dfd is not None
             self.pending.append(job.segments[0])
@@ -716,6 +762,19 @@ class Engine(object):
         snapshot = hf_manifest.Manifest(self.local_dir, data)
         snapshot.save(fsync=self.fsync)
 
+    def _save_manifest_after(self):
+        """Final manifest save.  When the run already failed (a full disk, say) a failing save must
+        not replace that error: the files it would record are hashed again on the next run."""
+        try:
+            self._save_manifest()
+        except (OSError, UnsafePathError) as exc:
+            with self.lock:
+                failed = self.error is not None
+            if not failed:
+                raise
+            self._warn_once("manifest not saved after the failure (verified files are hashed again next run): %s"
+                            % exc)
+
     def _save_states(self, force=False):
         with self.lock:
             todo = [(j, j.state()) for j in self.jobs if j.started and not j.done and (j.state_dirty or force)]
@@ -723,9 +782,17 @@ class Engine(object):
                 job.state_dirty = False
         for job, state in todo:
             try:
-                _atomic_write_json(job.state_path, state)
-            except OSError:
-                pass
+                atomic_write(job.state_path, json.dumps(state, separators=(",", ":")), mode=0o600,
+                             root=self.local_dir, create_dirs=True)
+            except (OSError, UnsafePathError) as exc:
+                # the download goes on; the part file resumes from an older state (or restarts)
+                job.state_dirty = True
+                self._warn_once("could not save the resume state of %s: %s" % (job.path, exc))
+
+    def _warn_once(self, text):
+        with self.lock:
+            if len(self.warnings) < 5 and text not in self.warnings:
+                self.warnings.append(text)
 
     # ---------------------------------------------------------------- monitor
     def _monitor(self, stop):
@@ -744,8 +811,8 @@ class Engine(object):
                 last_progress = now
                 try:
                     self.on_progress(self)
-                except Exception:
-                    pass
+                except Exception as exc:  # progress is for the poller; the download goes on
+                    self._warn_once("could not update the progress file: %s" % exc)
 
     # -------------------------------------------------------------------- run
     def run(self):
@@ -782,7 +849,7 @@ class Engine(object):
             for job in self.jobs:
                 self._close_fds(job)
             self._save_states(force=True)
-            self._save_manifest()
+            self._save_manifest_after()
             self.finished = True
         if self.error is not None:
             raise self.error
@@ -815,17 +882,11 @@ def _parse_content_range(value):
         return -1, None
 
 
-def _fsync_dir(path):
+def _fsync_fd(dir_fd):
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
+        os.fsync(dir_fd)
     except OSError:
         pass
-    finally:
-        os.close(fd)
 
 
 def _cause_key(exc):

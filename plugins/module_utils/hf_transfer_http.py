@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Lean HTTP/1.1 byte mover for Hub files (standard library only).
 
 PRIVATE to the ct200.deploy collection.

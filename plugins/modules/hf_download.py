@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ description:
     An unknown size is an error, never 0.
   - B(Integrity.) Every file is hashed while it is written and compared with the Hub's oid (the LFS
     sha256, or the git blob sha1 of small files). A mismatch or short file is deleted and fetched again.
-  - B(Manifest.) C(<local_dir>/.ct200/manifest.json) records path, size, mtime, sha256 and commit of every
+  - B(Manifest.) C(<local_dir>/.ct200/manifest.json) records path, size, mtime, ctime, inode, sha256 and commit of every
     verified file, and the tree of the commit, so a re-run is one C(stat) per file. With a 40-hex commit
     O(revision) such a re-run makes no network request at all; with a branch or tag it makes one small
     request to resolve the commit. Neither imports C(huggingface_hub.hf_api).
@@ -82,7 +82,9 @@ options:
       - Resolve the token from this OS user's token file instead of the user the module runs as.
     type: str
   endpoint:
-    description: Hub endpoint. Defaults to C($HF_ENDPOINT), else U(https://huggingface.co).
+    description:
+      - Hub endpoint, an C(http://) or C(https://) URL. Defaults to C($HF_ENDPOINT), else U(https://huggingface.co).
+      - A URL with credentials (C(user:password@)) is refused, and the credentials are masked in every output.
     type: str
   max_workers:
     description: Parallel connections (files, and byte ranges of big files).
@@ -96,13 +98,16 @@ options:
     default: 10GB
   verify:
     description:
-      - C(sha256) (default) hashes every downloaded file and every present file the manifest does not vouch
-        for; a file whose timestamp changed but whose size did not is re-accepted when 16 sampled 64 KiB blocks
-        are unchanged, otherwise re-hashed.
+      - C(sha256) (default) hashes every downloaded file, and re-hashes in full every present file the manifest
+        does not vouch for with the same size, mtime, ctime and inode (like git and rsync, which re-read a
+        file whose stat changed). Present files are hashed in parallel, one thread per core.
       - C(full) re-hashes every selected file on every run (like C(hf cache verify)); slow for large repositories.
       - C(size) trusts sizes and skips hashing of large (LFS) files.
+      - C(sample-unsafe) is C(sha256), except that a file whose stat changed but whose size did not is
+        re-accepted when 16 sampled 64 KiB blocks are unchanged. Bytes outside those blocks are not read, so a
+        corrupted or tampered file can be accepted; only for operators who accept that risk.
     type: str
-    choices: [size, sha256, full]
+    choices: [size, sha256, full, sample-unsafe]
     default: sha256
   stall_timeout:
     description: Seconds without a single new byte after which a transfer is aborted and retried.
@@ -141,6 +146,13 @@ options:
         filesystems without that guarantee; the manifest is then fsynced too.
     type: bool
     default: false
+  lock_timeout:
+    description:
+      - Seconds to wait when another hf_download holds the lock on O(local_dir). The lock is taken before the
+        manifest is read or anything is planned, so a waiting run plans from what the other run left.
+      - C(0) fails at once with code C(busy).
+    type: float
+    default: 0
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -155,7 +167,12 @@ attributes:
     support: full
     platforms: posix
 notes:
-  - Only one download may write to a O(local_dir) at a time (a lock file enforces it).
+  - Only one download may write to a O(local_dir) at a time (a lock file, taken before planning, enforces it).
+  - Every path in the Hub's tree listing is checked before any byte is written, with huggingface_hub's rule and
+    stricter (no absolute path, no C(..), C(.) or empty segment, no backslash, no control character, nothing
+    under C(.ct200/) or C(.cache/huggingface/)); a listing with such a path is refused as a broken or hostile Hub.
+  - No symlink under O(local_dir) is followed; a symlink where a file belongs is replaced, one on the way to a
+    file is refused.
   - Files are written as the user the module runs as, with mode 0644 (minus umask).
   - Xet-backed repositories are downloaded over the Hub's plain HTTP resolve/CDN path.
 seealso:
@@ -229,11 +246,12 @@ files_skipped:
   returned: always
   type: int
 files_hashed:
-  description: Present files that had to be hashed (no manifest entry, changed timestamp, or verify=full).
+  description: Present files that had to be hashed (no manifest entry, changed size/mtime/ctime/inode, or verify=full).
   returned: always
   type: int
 files_refreshed:
-  description: Present files whose timestamp changed and whose sampled blocks were unchanged.
+  description: Present files whose stat changed and that were re-accepted without a full hash (only with
+    O(verify=size) or O(verify=sample-unsafe)).
   returned: always
   type: int
 files_adopted:
@@ -317,7 +335,11 @@ progress_file:
   returned: always
   type: str
 code:
-  description: On failure, the cause (for example C(disk_full), C(no_token), C(not_requested), C(transfer_failed)).
+  description:
+    - On failure, the cause, for example C(disk_full) (before or during the download), C(no_token),
+      C(not_requested), C(transfer_failed), C(busy) (another run holds the lock), C(bad_argument),
+      C(unsafe_path) (a listed path or a symlink under O(local_dir) that is refused) or C(bad_listing)
+      (a tree entry without a usable size or oid).
   returned: failure
   type: str
 fix:
@@ -326,75 +348,37 @@ fix:
   type: str
 """
 
+import os  # noqa: E402
+
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer  # noqa: E402
-from ansible_collections.ct200.deploy.plugins.module_utils.disk_preflight import parse_size  # noqa: E402
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import TokenError, resolve_token  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import ARGUMENT_SPEC  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials  # noqa: E402
 
 
 def build_options(module):
     p = module.params
     try:
-        headroom = parse_size(p["min_free_bytes"])
-    except ValueError as exc:
-        raise hf_transfer.DownloadError("min_free_bytes: %s" % exc, code="bad_argument", fix="nothing was changed")
-    try:
-        split_min = parse_size(p["min_split_size"])
-    except ValueError as exc:
-        raise hf_transfer.DownloadError("min_split_size: %s" % exc, code="bad_argument", fix="nothing was changed")
-    try:
         resolved = resolve_token(p["token"], p["token_user"])
     except TokenError as exc:
         raise hf_transfer.DownloadError(str(exc), code="bad_token", fix="nothing was downloaded")
+    params = dict((name, p[name]) for name in ARGUMENT_SPEC if name not in ("token", "token_user"))
     return hf_transfer.Options(
-        repo_id=p["repo_id"],
-        local_dir=p["local_dir"],
-        revision=p["revision"],
-        repo_type=p["repo_type"],
-        allow_patterns=p["allow_patterns"],
-        ignore_patterns=p["ignore_patterns"],
         token=resolved.token,
         token_source=resolved.source,
-        endpoint=p["endpoint"],
-        max_workers=p["max_workers"],
-        min_free_bytes=headroom,
-        verify=p["verify"],
-        stall_timeout=p["stall_timeout"],
-        retries=p["retries"],
-        progress_file=p["progress_file"],
-        split_min=split_min,
-        fsync=p["fsync"],
-        direct_io=p["direct_io"],
         check_mode=module.check_mode,
         diff=module._diff,
+        **params
     )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            repo_id=dict(type="str", required=True),
-            revision=dict(type="str", default="main"),
-            repo_type=dict(type="str", choices=["model", "dataset", "space"], default="model"),
-            local_dir=dict(type="path", required=True),
-            allow_patterns=dict(type="list", elements="str"),
-            ignore_patterns=dict(type="list", elements="str"),
-            token=dict(type="str", no_log=True),
-            token_user=dict(type="str", no_log=False),  # a user name, not a secret
-            endpoint=dict(type="str"),
-            max_workers=dict(type="int", default=8),
-            min_free_bytes=dict(type="raw", default="10GB"),
-            verify=dict(type="str", choices=["size", "sha256", "full"], default="sha256"),
-            stall_timeout=dict(type="float", default=60.0),
-            retries=dict(type="int", default=5),
-            min_split_size=dict(type="raw", default="64MiB"),
-            progress_file=dict(type="path"),
-            fsync=dict(type="bool", default=False),
-            direct_io=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    # credentials in an endpoint URL are secrets: masked in every output, invocation included
+    for secret in url_credentials(module.params["endpoint"]) + url_credentials(os.environ.get("HF_ENDPOINT")):
+        module.no_log_values.add(secret)
     try:
         result = hf_transfer.run(build_options(module))
     except hf_transfer.DownloadError as exc:

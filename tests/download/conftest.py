@@ -32,7 +32,9 @@ def dl_hub(tmp_path_factory):
 def hub(dl_hub):
     """The session hub with clean faults, counters and access rules for each test."""
     dl_hub.clear_faults()
+    dl_hub.clear_hostile()
     dl_hub.reset_stats()
     yield dl_hub
     dl_hub.clear_faults()
+    dl_hub.clear_hostile()
     dl_hub.lfs_redirect = dl_hub.honour_range = True

@@ -220,17 +220,16 @@ def test_corruption_on_disk_is_found_and_repaired(hub, tmp_path):
     dest = tmp_path / "w"
     assert not run_download(hub, dest)[0]
     target = dest / SHARD2
-    st = os.stat(target)
-    with open(target, "r+b") as handle:  # same size, same timestamp: only a re-hash can tell
+    with open(target, "r+b") as handle:  # same size, same mtime: only ctime tells (utime cannot set it)
         handle.seek(12345678)
         handle.write(b"\0" * 8)
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    recorded = json.loads((dest / ".ct200" / "manifest.json").read_text())["files"][SHARD2]["mtime_ns"]
+    os.utime(target, ns=(os.stat(target).st_atime_ns, recorded))
     failed, res = run_download(hub, dest)
-    assert not failed and res["changed"] is False, "sha256 mode trusts an unchanged stat (by design)"
-    failed, res = run_download(hub, dest, verify="full")
-    assert not failed and res["changed"] is True
-    assert res["files_hashed"] == res["files"] and res["downloaded"] == [SHARD2]
+    assert not failed and res["changed"] is True and res["downloaded"] == [SHARD2]
     assert_tree_matches(hub, WEIGHTS, dest)
+    failed, res = run_download(hub, dest, verify="full")
+    assert not failed and res["changed"] is False and res["files_hashed"] == res["files"]
     # truncated -> refetched by the stat check alone
     with open(target, "r+b") as handle:
         handle.truncate(1000)
@@ -239,7 +238,7 @@ def test_corruption_on_disk_is_found_and_repaired(hub, tmp_path):
     assert_tree_matches(hub, WEIGHTS, dest)
 
 
-def test_touched_files_are_rechecked_by_sampling_not_rehashed_or_refetched(hub, tmp_path):
+def test_touched_files_are_rehashed_in_full_and_kept(hub, tmp_path):
     dest = tmp_path / "w"
     assert not run_download(hub, dest)[0]
     now = time.time()
@@ -249,12 +248,20 @@ def test_touched_files_are_rechecked_by_sampling_not_rehashed_or_refetched(hub, 
     hub.reset_stats()
     failed, res = run_download(hub, dest)
     assert not failed and res["changed"] is False
-    assert res["files_refreshed"] == 3 and res["files_hashed"] == 0
+    assert res["files_hashed"] == 3 and res["files_refreshed"] == 0
     assert hub.stats()["cdn_get"] == 0
-    # touched AND changed in a sampled block -> hashed -> refetched
+    failed, res = run_download(hub, dest)
+    assert not failed and res["files_hashed"] == 0, "the re-hash was recorded: the next run is stat-only"
+    # the explicit opt-in samples instead
+    for name in os.listdir(dest):
+        if name.endswith(".safetensors"):
+            os.utime(dest / name, (now + 9, now + 9))
+    failed, res = run_download(hub, dest, verify="sample-unsafe")
+    assert not failed and res["files_refreshed"] == 3 and res["files_hashed"] == 0
+    # touched AND changed in a sampled block -> hashed -> refetched, even in sampling mode
     with open(dest / SHARD2, "r+b") as handle:
         handle.write(b"garbage!")
-    failed, res = run_download(hub, dest)
+    failed, res = run_download(hub, dest, verify="sample-unsafe")
     assert not failed and res["downloaded"] == [SHARD2]
     assert_tree_matches(hub, WEIGHTS, dest)
 

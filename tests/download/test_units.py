@@ -131,7 +131,7 @@ def test_manifest_roundtrip_and_stat_outcomes(tmp_path):
     assert m.files == {} and m.warning is None
     st = os.stat(os.path.join(d, "a.bin"))
     sha = hashlib.sha256(data).hexdigest()
-    m.record("a.bin", len(data), st.st_mtime_ns, sha, sha, "c" * 40, mf.sample_digest(os.path.join(d, "a.bin"), len(data)))
+    m.record("a.bin", st, sha, sha, "c" * 40, sample_of(os.path.join(d, "a.bin"), len(data)))
     m.save()
     assert not [n for n in os.listdir(os.path.join(d, ".ct200")) if n.endswith(".tmp")]
     m2 = mf.Manifest.load(d)
@@ -158,31 +158,39 @@ def test_manifest_damaged_file_is_ignored_with_a_warning(tmp_path):
 def test_manifest_for_another_repo_is_reset(tmp_path):
     m = mf.Manifest(str(tmp_path))
     m.bind_repo("a/b", "model")
-    m.record("x", 1, 1, "s", "o", "c", None)
+    m.record("x", os.stat(str(tmp_path)), "s", "o", "c", None)
     m.bind_repo("a/b", "model")
     assert "x" in m.files
     m.bind_repo("c/d", "model")
     assert m.files == {} and m.data["repo_id"] == "c/d"
 
 
+def sample_of(path, size):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return mf.sample_digest(fd, size)
+    finally:
+        os.close(fd)
+
+
 def test_sample_digest_sees_sampled_changes_and_ignores_timestamps(tmp_path):
     path = str(tmp_path / "f")
     data = bytearray(os.urandom(8 << 20))
     write(path, bytes(data))
-    before = mf.sample_digest(path, len(data))
+    before = sample_of(path, len(data))
     os.utime(path, (1, 1))
-    assert mf.sample_digest(path, len(data)) == before
+    assert sample_of(path, len(data)) == before
     offsets = mf.sample_offsets(len(data))
     assert offsets[0] == 0 and offsets[-1] == len(data) - mf.SAMPLE_BLOCK and len(offsets) == mf.SAMPLE_BLOCKS
     with open(path, "r+b") as handle:
         handle.seek(offsets[5] + 100)
         handle.write(b"\xff\xfe")
-    assert mf.sample_digest(path, len(data)) != before
+    assert sample_of(path, len(data)) != before
     small = str(tmp_path / "s")
     write(small, b"abc")
-    a = mf.sample_digest(small, 3)
+    a = sample_of(small, 3)
     write(small, b"abd")
-    assert mf.sample_digest(small, 3) != a, "small files are hashed whole"
+    assert sample_of(small, 3) != a, "small files are hashed whole"
 
 
 # ----------------------------------------------------------------------- selection
@@ -246,24 +254,26 @@ def test_plan_categories(tmp_path):
     for path in ("ok.safetensors", "touched.safetensors", "config.json"):
         full = os.path.join(d, path)
         st = os.stat(full)
-        m.record(path, st.st_size, st.st_mtime_ns, tree[path]["oid"], tree[path]["oid"], "c" * 40,
-                 mf.sample_digest(full, st.st_size))
+        m.record(path, st, tree[path]["oid"], tree[path]["oid"], "c" * 40, sample_of(full, st.st_size))
     os.utime(os.path.join(d, "touched.safetensors"), (time.time() + 10, time.time() + 10))
 
     plan = tr.make_plan(_opts(d), "c" * 40, tree, m)
     action = {f.path: (f.action, f.reason) for f in plan.files}
     assert action["ok.safetensors"][0] == "present"
     assert action["config.json"][0] == "present"
-    assert action["touched.safetensors"] == ("refresh", "timestamp changed, sampled blocks unchanged")
+    assert action["touched.safetensors"] == ("present", "verified by hashing"), "a changed stat means a full hash"
     assert action["foreign.safetensors"] == ("adopt", "verified by hashing")
     assert action["corrupt.safetensors"][0] == "fetch" and "content differs" in action["corrupt.safetensors"][1]
     assert action["short.safetensors"] == ("fetch", "size 100, expected %d" % (1 << 20))
     assert action["missing.safetensors"] == ("fetch", "missing")
-    assert plan.hashed == 2  # foreign + corrupt; nothing the manifest vouches for
+    assert plan.hashed == 3  # touched + foreign + corrupt; nothing the manifest vouches for
     assert plan.bytes_to_fetch == 3 << 20
     # the corrupt and the short file are replaced: their bytes count as reclaimable
     assert plan.disk_needed == (3 << 20) - (1 << 20) - 100
-    assert m.entry("touched.safetensors")["mtime_ns"] == os.stat(os.path.join(d, "touched.safetensors")).st_mtime_ns
+    touched = os.stat(os.path.join(d, "touched.safetensors"))
+    assert m.entry("touched.safetensors")["mtime_ns"] == touched.st_mtime_ns
+    assert m.entry("touched.safetensors")["ctime_ns"] == touched.st_ctime_ns
+    assert m.entry("touched.safetensors")["ino"] == touched.st_ino
     assert "corrupt.safetensors" not in m.files
 
     full = tr.make_plan(_opts(d, verify="full"), "c" * 40, tree, m)
@@ -272,13 +282,18 @@ def test_plan_categories(tmp_path):
     size_only = tr.make_plan(_opts(d, verify="size"), "c" * 40, tree, mf.Manifest.load(d))
     assert size_only.hashed == 0
     assert {f.path for f in size_only.to_fetch} == {"short.safetensors", "missing.safetensors"}
+    # only the explicit opt-in re-accepts a touched file by its sampled blocks
+    os.utime(os.path.join(d, "touched.safetensors"), (time.time() + 20, time.time() + 20))
+    sampled = tr.make_plan(_opts(d, verify="sample-unsafe"), "c" * 40, tree, m)
+    action = {f.path: (f.action, f.reason) for f in sampled.files}
+    assert action["touched.safetensors"][0] == "refresh" and "sample-unsafe" in action["touched.safetensors"][1]
 
 
 def test_plan_refuses_an_unknown_size(tmp_path):
     tree = {"a.safetensors": {"size": None, "oid": "x" * 64, "lfs": True}}
     with pytest.raises(tr.DownloadError) as err:
         tr.make_plan(_opts(str(tmp_path)), "c" * 40, tree, mf.Manifest.load(str(tmp_path)))
-    assert err.value.code == "unknown_size" and "a.safetensors" in err.value.message
+    assert err.value.code == "bad_listing" and "a.safetensors" in err.value.message and "size" in err.value.message
 
 
 def test_options_validation_names_every_problem(tmp_path):
