@@ -971,14 +971,47 @@ def cmd_status(args) -> int:
         if st != "dead" and not is_our_nspawn(h.get("nspawn_pid"), h["name"]):
             st = f"orphaned ({st}, systemd-nspawn gone; run scripts/sandbox.sh down)"
         rows.append({"name": h["name"], "nspawn_pid": h.get("nspawn_pid"),
-                     "leader_pid": h.get("leader_pid"), "state": st})
+                     "leader_pid": h.get("leader_pid"), "address": h.get("address"), "state": st})
     if args.json:
-        print(json.dumps({"state_file": str(state_path), "hosts": rows}, indent=2))
+        print(json.dumps({"state_file": str(state_path), "hosts": rows,
+                          "network": state.get("network") or {"mode": "shared"}}, indent=2))
     else:
-        print(f"{'NAME':<20} {'NSPAWN':>8} {'LEADER':>8}  STATE")
+        print(f"{'NAME':<20} {'NSPAWN':>8} {'LEADER':>8} {'ADDRESS':>15}  STATE")
         for r in rows:
-            print(f"{r['name']:<20} {r['nspawn_pid'] or '-':>8} {r['leader_pid'] or '-':>8}  {r['state']}")
+            print(f"{r['name']:<20} {r['nspawn_pid'] or '-':>8} {r['leader_pid'] or '-':>8} "
+                  f"{r['address'] or 'shared':>15}  {r['state']}")
     return 0 if all(r["state"] == "running" for r in rows) else 1
+
+
+def cmd_shape(args) -> int:
+    """Re-shape the links of a running --netns fleet (tc qdisc replace)."""
+    if os.geteuid() != 0:
+        raise SandboxError("must run as root", 2)
+    link_rate = parse_rate(args.link_rate, "--link-rate")
+    hub_rate = parse_rate(args.hub_rate, "--hub-rate")
+    if not link_rate and not hub_rate:
+        raise SandboxError("give --link-rate RATE and/or --hub-rate RATE", 2)
+    state_path = Path(args.state).resolve()
+    with StateLock(state_path):
+        state = read_json(state_path)
+        net = (state or {}).get("network") or {}
+        if net.get("mode") != "netns":
+            raise SandboxError(f"no --netns fleet in {state_path}: start one with 'up N --netns'", 2)
+        if hub_rate and not net.get("hub"):
+            raise SandboxError("this fleet has no Hub namespace: bring it up with --hub-netns", 2)
+        if link_rate:
+            for h in net["hosts"].values():
+                shape(h["veth"], link_rate)
+                shape("eth0", link_rate, h["netns"])
+            net["link_rate"] = link_rate
+        if hub_rate:
+            shape(net["hub"]["veth"], hub_rate)
+            shape("eth0", hub_rate, net["hub"]["netns"])
+            net["hub"]["rate"] = hub_rate
+        write_json(state_path, state)
+    log(f"shaped: hosts {net.get('link_rate') or 'unshaped'}, hub "
+        f"{(net.get('hub') or {}).get('rate') or 'unshaped'}")
+    return 0
 
 
 def cmd_exec(args) -> int:
@@ -1022,13 +1055,18 @@ def main(argv: list[str] | None = None) -> int:
     st = sub.add_parser("status", help="show hosts (exit 0 all running, 1 not, 3 none)")
     st.add_argument("--state", default=default_state)
     st.add_argument("--json", action="store_true")
+    sh = sub.add_parser("shape", help="change the tc rates of a running --netns fleet")
+    sh.add_argument("--link-rate", metavar="RATE")
+    sh.add_argument("--hub-rate", metavar="RATE")
+    sh.add_argument("--state", default=default_state)
     ex = sub.add_parser("exec", help="run a command (default a shell) inside a host")
     ex.add_argument("host")
     ex.add_argument("command", nargs=argparse.REMAINDER)
     ex.add_argument("--state", default=default_state)
     args = p.parse_args(argv)
     try:
-        return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "exec": cmd_exec}[args.cmd](args)
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "shape": cmd_shape,
+                "exec": cmd_exec}[args.cmd](args)
     except SandboxError as exc:
         log(f"ERROR: {exc}")
         return exc.code
