@@ -69,7 +69,7 @@ def reset_to_old(fleet) -> None:
     """Test setup, not the product path: every host holds the old token and no
     backups, whatever an earlier case left behind."""
     for host in fleet.hosts:
-        res = fleet.exec(host, f"rm -f {TOKEN_DIR}/token.* {TOKEN_DIR}/.token*; umask 077; "
+        res = fleet.exec(host, f"mkdir -p {TOKEN_DIR}; rm -f {TOKEN_DIR}/token.* {TOKEN_DIR}/.token*; umask 077; "
                                f"cat > {TOKEN_FILE}.reset && mv {TOKEN_FILE}.reset {TOKEN_FILE}",
                          input=token_for(OLD) + "\n")
         assert res.returncode == 0, res.stderr
