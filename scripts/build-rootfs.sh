@@ -148,9 +148,24 @@ if ((FORCE == 0)) && [[ -f "$STAMP" && -x "$ROOTFS/lib/systemd/systemd" ]] \
   exit 0
 fi
 
-if pgrep -f -- "systemd-nspawn .*-D $ROOTFS " >/dev/null 2>&1; then
-  die "sandbox hosts are running from $ROOTFS; run scripts/sandbox.sh down first" 2
-fi
+# PIDs of the systemd-nspawn processes booted from the current tree.
+nspawn_users() { pgrep -f -- "^systemd-nspawn -D $ROOTFS " || true; }
+
+# A tree moved aside by an earlier build is deleted once every host that was
+# running from it is gone (its .users file lists their nspawn PIDs).
+remove_unused_old_trees() {
+  local old pid busy
+  for old in "${ROOTFS%/}".old.*; do
+    [[ -d "$old" && -f "$old.users" ]] || continue
+    busy=0
+    while read -r pid; do
+      [[ -n "$pid" ]] && grep -qa -- "systemd-nspawn" "/proc/$pid/cmdline" 2>/dev/null && busy=1
+    done <"$old.users"
+    if ((busy == 0)); then
+      rm -rf --one-file-system "$old" && rm -f "$old.users"
+    fi
+  done
+}
 
 TMP="${ROOTFS%/}.tmp.$$"
 cleanup() { [[ -n "${TMP:-}" && -d "$TMP" ]] && rm -rf --one-file-system "$TMP"; true; }
@@ -185,8 +200,19 @@ timeout "$MMDEBSTRAP_TIMEOUT" mmdebstrap \
 
 rm -f "$STAMP"
 if [[ -e "$ROOTFS" ]]; then
-  rm -rf --one-file-system "$ROOTFS"
+  users=$(nspawn_users)
+  if [[ -n "$users" ]]; then
+    # Hosts still run from it (other checkouts' fleets): never delete files under
+    # their overlays; move the tree aside, new hosts boot the new one.
+    old="${ROOTFS%/}.old.$(date +%s)"
+    printf '%s\n' "$users" >"$old.users"
+    mv "$ROOTFS" "$old"
+    log "hosts still run from the previous tree: kept as $old until they are down"
+  else
+    rm -rf --one-file-system "$ROOTFS"
+  fi
 fi
 mv "$TMP" "$ROOTFS"
+remove_unused_old_trees
 printf '%s\n' "$WANT_STAMP" >"$STAMP.new" && mv "$STAMP.new" "$STAMP"
 log "built $ROOTFS in $(( $(date +%s) - start ))s ($(du -sh "$ROOTFS" | cut -f1))"
