@@ -6,10 +6,12 @@ made read-only, or its sshd stopped right after the new token landed there.
 Every host must end with a whole working token (the old or the new one, never
 empty or partial), the run must name host k and fail, and the rollout must stop
 (hosts of later batches keep the old token).  No token string in any output.
+The per-host report (``ct200_report_json``) must agree with what the hosts hold.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import threading
@@ -48,8 +50,18 @@ def tokens(tmp_path_factory):
     return {p: token_file(tmp, p) for p in (OLD, NEW, REFUSED)}
 
 
-def rotation_env(tokens, current=OLD, nxt=NEW) -> dict:
-    return {"CT200_HF_TOKEN_FILE": tokens[current], "CT200_HF_TOKEN_NEXT_FILE": tokens[nxt]}
+def rotation_env(tokens, current=OLD) -> dict:
+    """The inventory's current token comes from a file whose path is exported."""
+    return {"CT200_HF_TOKEN_FILE": tokens[current]}
+
+
+def rotation_args(tokens, report: Path, nxt=NEW) -> tuple[str, ...]:
+    """The pending token travels as a file path, the report is written as JSON."""
+    return ("-e", f"hf_token_new_file={tokens[nxt]}", "-e", f"ct200_report_json={report}")
+
+
+def fingerprint(persona: str) -> str:
+    return "sha256:" + sha(token_for(persona))[:12]
 
 
 def token_state(fleet) -> dict[str, str]:
@@ -81,32 +93,38 @@ def assert_no_token_in(out: str) -> None:
         assert token_for(persona) not in out, f"token of {persona} leaked into the output"
 
 
-def rollout_order(out: str, hosts: list[str]) -> list[str]:
-    """Hosts in the order the rollout play first reported them (play 1 runs
-    once on the controller and is skipped)."""
-    plays = out.split("PLAY [")
-    rollout = "PLAY [".join(plays[2:]).split("PLAY RECAP")[0]
-    order = []
-    for match in re.finditer(r"\[(" + "|".join(map(re.escape, hosts)) + r")\]", rollout):
-        if match.group(1) not in order:
-            order.append(match.group(1))
-    return order
+def read_report(path: Path, fleet) -> tuple[dict, dict[str, dict]]:
+    report = json.loads(path.read_text())
+    by_host = {h["host"]: h for h in report["hosts"]}
+    assert sorted(by_host) == sorted(fleet.hosts), report
+    return report, by_host
 
 
-def assert_stopped_at(fleet, out: str, failed_host: str, state: dict[str, str]) -> None:
-    """Hosts reached before host k hold the new token, hosts never reached the
-    old one, and nobody holds anything else."""
+def assert_report_matches_hosts(by_host: dict, state: dict[str, str]) -> None:
+    """Every host holds a whole token (old or new) and the report says which."""
     assert set(state.values()) <= {"old", "new"}, state
-    order = rollout_order(out, fleet.hosts)
-    assert failed_host in order, order
-    for host in order[:order.index(failed_host)]:
-        assert state[host] == "new", (host, state)
-    untouched = [h for h in fleet.hosts if h not in order]
-    assert all(state[h] == "old" for h in untouched), (untouched, state)
-    if failed_host != fleet.hosts[-1]:
-        assert untouched, f"the rollout went on after {failed_host}: {order}"
+    for host, held in state.items():
+        assert by_host[host]["new"] == fingerprint(OLD if held == "old" else NEW), (host, by_host[host], held)
+        if by_host[host]["status"] == "ok":
+            assert held == "new", (host, by_host[host])
+        if by_host[host]["status"] == "skipped":
+            assert held == "old", (host, by_host[host])
+
+
+def assert_stopped_at(fleet, out: str, by_host: dict, failed_host: str, statuses: set[str]) -> None:
+    """Host k is reported with its failure, named in the final message; hosts
+    before it rotated; the rollout stopped after host k's batch."""
+    assert by_host[failed_host]["status"] in statuses, by_host[failed_host]
+    assert re.search(rf"token rotation stopped: .*\b{re.escape(failed_host)}=({'|'.join(statuses)})\b", out, re.S), \
+        out[-3000:]
+    k = fleet.hosts.index(failed_host)
+    assert all(by_host[h]["status"] == "ok" for h in fleet.hosts[:k]), by_host
+    later = [by_host[h]["status"] for h in fleet.hosts[k + 1:]]
+    # Host k's batch-mates may finish; every host of a later batch is skipped.
+    if later:
+        assert later[-1] == "skipped" and set(later) <= {"ok", "skipped"}, by_host
     recap = re.search(rf"^{re.escape(failed_host)}\s+:.*$", out, re.M)
-    assert recap and re.search(r"(failed|unreachable)=[1-9]", recap.group(0)), recap
+    assert recap, out[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -119,44 +137,56 @@ def fleet_with_old_token(ssh_fleet, tokens):
     return ssh_fleet
 
 
-def test_clean_rotation_reaches_every_host(fleet_with_old_token, tokens):
+def test_clean_rotation_reaches_every_host(fleet_with_old_token, tokens, tmp_path):
     fleet = fleet_with_old_token
     reset_to_old(fleet)
-    run = fleet.run_playbook(ROTATE, env=rotation_env(tokens))
+    report = tmp_path / "report.json"
+    run = fleet.run_playbook(ROTATE, env=rotation_env(tokens), args=rotation_args(tokens, report))
     assert run.rc == 0, run.out[-4000:]
-    assert_no_token_in(run.out)
-    assert set(token_state(fleet).values()) == {"new"}
-    assert rollout_order(run.out, fleet.hosts)[0] == fleet.hosts[0], "canary is the first host"
+    assert_no_token_in(run.out + report.read_text())
+    state = token_state(fleet)
+    assert set(state.values()) == {"new"}
+    summary, by_host = read_report(report, fleet)
+    assert summary["result"] == "ok" and {h["status"] for h in by_host.values()} == {"ok"}
+    assert all(h["old"] == fingerprint(OLD) for h in by_host.values())
+    assert_report_matches_hosts(by_host, state)
     print(f"\nclean rotation of {len(fleet.hosts)} hosts over SSH: {run.seconds:.1f}s")
 
 
-def test_a_refused_new_token_changes_no_host(fleet_with_old_token, tokens):
+def test_a_refused_new_token_changes_no_host(fleet_with_old_token, tokens, tmp_path):
     fleet = fleet_with_old_token
     reset_to_old(fleet)
-    run = fleet.run_playbook(ROTATE, env=rotation_env(tokens, nxt=REFUSED))
+    report = tmp_path / "report.json"
+    run = fleet.run_playbook(ROTATE, env=rotation_env(tokens), args=rotation_args(tokens, report, nxt=REFUSED))
     assert run.rc != 0 and "new token refused, no host was changed" in run.out, run.out[-3000:]
-    assert_no_token_in(run.out)
-    assert set(token_state(fleet).values()) == {"old"}
+    assert_no_token_in(run.out + report.read_text())
+    state = token_state(fleet)
+    assert set(state.values()) == {"old"}
+    _summary, by_host = read_report(report, fleet)
+    assert {h["status"] for h in by_host.values()} == {"skipped"}
+    assert_report_matches_hosts(by_host, state)
 
 
 @pytest.mark.parametrize("position", list(POSITIONS))
-def test_read_only_token_dir_on_host_k_stops_the_rollout(fleet_with_old_token, tokens, position):
+def test_read_only_token_dir_on_host_k_stops_the_rollout(fleet_with_old_token, tokens, position, tmp_path):
     fleet = fleet_with_old_token
     reset_to_old(fleet)
     failed_host = fleet.hosts[POSITIONS[position]]
+    report = tmp_path / "report.json"
     ro = fleet.exec(failed_host, f"mount --bind {TOKEN_DIR} {TOKEN_DIR} && mount -o remount,bind,ro {TOKEN_DIR}")
     assert ro.returncode == 0, ro.stderr
     try:
-        run = fleet.run_playbook(ROTATE, env=rotation_env(tokens))
+        run = fleet.run_playbook(ROTATE, env=rotation_env(tokens), args=rotation_args(tokens, report))
     finally:
         umount = fleet.exec(failed_host, f"umount {TOKEN_DIR}")
     assert umount.returncode == 0, umount.stderr
     assert run.rc != 0, run.out[-4000:]
-    assert_no_token_in(run.out)
-    assert f"token rotation failed on {failed_host}" in run.out, run.out[-4000:]
+    assert_no_token_in(run.out + report.read_text())
     state = token_state(fleet)
     assert state[failed_host] == "old", state
-    assert_stopped_at(fleet, run.out, failed_host, state)
+    _summary, by_host = read_report(report, fleet)
+    assert_report_matches_hosts(by_host, state)
+    assert_stopped_at(fleet, run.out, by_host, failed_host, {"failed", "restored"})
     print(f"\nread-only token dir on {failed_host} ({position}): {run.seconds:.1f}s")
 
 
@@ -187,12 +217,13 @@ def stop_sshd_when_token_changes(fleet, host: str, proc, timeout: float = 600) -
     return outcome
 
 
-def test_sshd_stopped_mid_run_on_host_k_stops_the_rollout(fleet_with_old_token, tokens):
+def test_sshd_stopped_mid_run_on_host_k_stops_the_rollout(fleet_with_old_token, tokens, tmp_path):
     fleet = fleet_with_old_token
     reset_to_old(fleet)
     failed_host = fleet.hosts[POSITIONS["middle"]]
+    report = tmp_path / "report.json"
     started = time.monotonic()
-    proc = fleet.popen_playbook(ROTATE, env=rotation_env(tokens))
+    proc = fleet.popen_playbook(ROTATE, env=rotation_env(tokens), args=rotation_args(tokens, report))
     watcher = {}
     try:
         watcher = stop_sshd_when_token_changes(fleet, failed_host, proc)
@@ -207,10 +238,14 @@ def test_sshd_stopped_mid_run_on_host_k_stops_the_rollout(fleet_with_old_token, 
     seconds = time.monotonic() - started
     assert watcher["stopped"], "the new token never reached the host: nothing was injected"
     assert proc.returncode != 0, out[-4000:]
-    assert_no_token_in(out)
-    assert re.search(rf"\[{re.escape(failed_host)}\]: UNREACHABLE!", out), out[-4000:]
+    assert_no_token_in(out + report.read_text())
     state = token_state(fleet)
     # Its sshd died after the rename: the new file is whole; nothing could restore the old one.
     assert state[failed_host] == "new", state
-    assert_stopped_at(fleet, out, failed_host, state)
+    _summary, by_host = read_report(report, fleet)
+    assert_stopped_at(fleet, out, by_host, failed_host, {"unreachable"})
+    # The report cannot know what an unreachable host holds: it says so instead.
+    assert "the old or the new one" in by_host[failed_host]["message"], by_host[failed_host]
+    assert_report_matches_hosts({h: r for h, r in by_host.items() if h != failed_host},
+                                {h: v for h, v in state.items() if h != failed_host})
     print(f"\nsshd stopped mid-run on {failed_host}: {seconds:.1f}s")
