@@ -183,14 +183,14 @@ def test_token_lifecycle_on_the_fleet(fleet, local_hub, tmp_path):
 
     # A token changed by hand on one host: the drift check names that host only and changes nothing;
     # the deploy refuses to overwrite it, force puts the inventory's token back.
-    assert f.exec("token-3", "sh", "-c", "printf '%%s\\n' '%s' > %s" % (token_for("granted_fine_grained"),
-                                                                      TOKEN_PATH)).returncode == 0
+    by_hand = "printf '%%s\\n' '%s' > %s" % (token_for("granted_fine_grained"), TOKEN_PATH)
+    assert f.exec("token-3", "sh", "-c", by_hand).returncode == 0
     drift_json = tmp_path / "drift.json"
     rc, out = f.play("playbooks/token_drift.yml", "-e", "ct200_report_json=%s" % drift_json)
     drift = json.loads(drift_json.read_text())
     assert rc != 0 and drift["hosts_off"] == ["token-3"] and drift["expected_fingerprint"] == write
-    assert {h["host"]: h["status"] for h in drift["hosts"]} == {"token-1": "in_sync", "token-2": "in_sync",
-                                                                 "token-3": "drift"}
+    statuses = {h["host"]: h["status"] for h in drift["hosts"]}
+    assert statuses == {"token-1": "in_sync", "token-2": "in_sync", "token-3": "drift"}
     assert f.host_tokens()["token-3"] == fine
     rc, out = f.play("playbooks/verify_access.yml")
     assert rc != 0 and "token-3" in out and fine in out and f.host_tokens()["token-3"] == fine

@@ -21,7 +21,8 @@ def api_calls(hub):
     return hub.stats()["api"]
 
 
-def controller_check(hub, persona="granted", repos=REPOS):
+def controller_check(hub, persona="granted", repos=None):
+    repos = REPOS if repos is None else repos
     failed, res = run_module_process("hf_gated_access", dict(token=token_for(persona), repos=repos, endpoint=hub.url,
                                                              fail_on_denied=False))
     assert not res.get("denied") or persona != "granted", res["msg"]
