@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Wait for async hf_download jobs, printing one progress line per job every ``interval`` seconds.
 
 A loop in plain YAML would need a recursive include_tasks per polling round, which

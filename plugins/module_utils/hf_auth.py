@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Hugging Face token handling shared by the ct200.deploy modules.
 
 Pure functions, no huggingface_hub import: token normalisation, resolution in

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """One place that turns any huggingface_hub / HTTP error into a fixed verdict.
 
 A verdict has a ``code`` from a closed vocabulary, a ``message`` naming the
