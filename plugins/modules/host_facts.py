@@ -76,8 +76,13 @@ gpus:
   returned: always
   type: list
   elements: dict
-  sample: [{index: 0, name: NVIDIA RTX PRO 6000 Blackwell Server Edition, memory_mib: 97887, memory_gib: 95.6,
-            pci_bus_id: "00000000:17:00.0", numa_node: 0}]
+  sample:
+    - index: 0
+      name: NVIDIA RTX PRO 6000 Blackwell Server Edition
+      memory_mib: 97887
+      memory_gib: 95.6
+      pci_bus_id: "00000000:17:00.0"
+      numa_node: 0
 gpu_count:
   description: Number of GPUs (0 when nvidia-smi is absent).
   returned: always
