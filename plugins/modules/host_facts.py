@@ -10,7 +10,7 @@ module: host_facts
 short_description: GPU, driver, CUDA, NUMA and SGLang runtime facts of a host, with a serving preflight verdict
 version_added: "0.2.0"
 description:
-  - Reads, and changes nothing: C(nvidia-smi) (GPU index, model, memory, PCI bus id, driver version and the CUDA
+  - Reads, and changes nothing, C(nvidia-smi) (GPU index, model, memory, PCI bus id, driver version and the CUDA
     version the driver supports), the NUMA node of each GPU from sysfs (C(/sys/bus/pci/devices/BDF/numa_node)),
     the number of NUMA nodes, C(CUDA_HOME/bin/nvcc --version), and the SGLang installed in O(sglang_python)'s venv
     (version and flag dialect, probed with SGLang's own parser like M(ct200.deploy.sglang_service) does).
