@@ -27,7 +27,8 @@ def host(tmp_path):
 
 def test_api_key_never_leaks_and_an_owed_restart_survives_a_failed_run(host, local_hub, tmp_path):
     key = secrets.token_hex(24)
-    serve = ["-e", "ct200_sglang_host=0.0.0.0", "-e", "sglang_service_api_key=%s" % key]
+    # a port of its own: sandbox hosts share the machine's network namespace with other fleets
+    serve = ["-e", "ct200_sglang_host=0.0.0.0", "-e", "ct200_sglang_port=30741", "-e", "sglang_service_api_key=%s" % key]
     rc, out = deploy(host, local_hub, tmp_path, "-vvv", "--diff", *serve)
     assert rc == 0, out[-4000:]
     assert key not in out
