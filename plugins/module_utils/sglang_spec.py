@@ -874,10 +874,10 @@ def _kv_fixes(c: _Check, fit: fitmod.Fit, wanted: int) -> str:
     if fitmod.kv_dtype_bytes(c.spec.kv_cache_dtype) > 1:
         fp8 = fitmod.compute(_fit_input(c, kv_cache_dtype=fitmod.FP8_KV))
         fixes.append("kv_cache_dtype %s (%d tokens)" % (fitmod.FP8_KV, fp8.pool_tokens))
-    fraction = fitmod.fraction_for(_fit_input(c), wanted)
-    if fraction < 1.0:
-        fixes.append("mem_fraction_static %.2f (%s; Kimi-K2.6 ran out of memory at 0.90 in the field)"
-                     % (fraction + 0.005, "if the GPUs have that headroom"))
+    fraction = fitmod.fraction_for(_fit_input(c), wanted) + 0.005
+    if fraction < 0.9:  # Kimi-K2.6 ran out of memory at 0.90 in the field
+        fixes.append("mem_fraction_static %.2f (if the GPUs have that headroom; 0.90 ran out of memory in the "
+                     "field)" % fraction)
     return ", or ".join(fixes)
 
 
@@ -991,7 +991,6 @@ def redact_params(params: Dict[str, Any]) -> None:
     args = params.get("extra_args")
     if isinstance(args, list):
         params["extra_args"] = [TOKEN_VALUE_RE.sub("<redacted>", str(a)) for a in args]
-
 
 
 def _check_draft(spec, target, draft, problems, warnings) -> Optional[int]:

@@ -486,7 +486,7 @@ fit:
   description:
     - The memory arithmetic per GPU (GB = 10^9 bytes) - weights (sharded part / tp), replicated on every rank (MLA
       projections, router gates, vision tower), drafter, KV pool, KV bytes per token of the target and of the
-      drafter, the tokens the pool holds, RV(fit.context_length) and how many full-length requests fit at once.
+      drafter, the tokens the pool holds, the context_length checked and how many full-length requests fit at once.
     - Null when the weight size is unknown.
   returned: when state is present
   type: dict

@@ -102,7 +102,7 @@ def test_version_probe_without_sglang(tmp_path):
     with pytest.raises(flags.DialectError) as info:
         flags.installed_version(runner(), sys.executable)
     assert "sglang is not installed for" in str(info.value)
-    assert "set sglang_version to render without probing" in str(info.value)
+    assert "ct200.deploy.sglang_runtime" in str(info.value)
 
 
 @pytest.mark.parametrize("version", VERSIONS)

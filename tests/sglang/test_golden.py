@@ -1,4 +1,4 @@
-"""Golden command lines, units and env files for the Kimi DFlash TP8 and hybrid DDTree profiles.
+"""Golden command lines, units and env files for the playbook's Kimi DFlash TP8 instance and hybrid DDTree profiles.
 
 Rendered with the built-in dialect of each version (what sglang_version renders)
 and cross-checked against the dialect built from the real parser's manifest.
@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import kimi_params, plan, qwen_ddtree_params, real_dialect
+from conftest import plan, playbook_kimi_params, qwen_ddtree_params, real_dialect
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_flags as flags
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_spec as specmod
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_unit as unit
@@ -20,16 +20,19 @@ GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 
 def profile(name, mdir):
     if name == "kimi-dflash-tp8":
-        return kimi_params(mdir, environment={"OMP_NUM_THREADS": "8", "NCCL_IB_DISABLE": "1"}), None
+        return playbook_kimi_params(mdir), None
     if name == "qwen36-hybrid-ddtree-pr29907":
         return qwen_ddtree_params(mdir), "pr29907"
+    if name == "qwen36-hybrid-dflash":
+        return qwen_ddtree_params(mdir, speculative={"algorithm": "dflash", "draft_attention_backend": "triton"}), None
     if name == "qwen36-hybrid-ddtree-fork":
         return qwen_ddtree_params(mdir, nccl_port=31000), "fork"
     raise KeyError(name)
 
 
-CASES = [(p, v) for p in ("kimi-dflash-tp8", "qwen36-hybrid-ddtree-pr29907") for v in ("0.5.11", "0.5.23")] + [
-    ("qwen36-hybrid-ddtree-fork", "0.5.23")]
+# PR 29907 exists only on the newer DFlash worker (0.5.2x); on 0.5.11 it is refused (test_fit_and_rules).
+CASES = [(p, v) for p in ("kimi-dflash-tp8", "qwen36-hybrid-dflash") for v in ("0.5.11", "0.5.23")] + [
+    ("qwen36-hybrid-ddtree-pr29907", "0.5.23"), ("qwen36-hybrid-ddtree-fork", "0.5.23")]
 
 
 @pytest.mark.parametrize("name, version", CASES)
@@ -66,13 +69,14 @@ def test_dialects_differ_exactly_where_sglang_renamed(mdir):
     a, b = load("kimi-dflash-tp8-0.5.11.argv.json"), load("kimi-dflash-tp8-0.5.23.argv.json")
     assert [x for x in a if x not in b] == ["--cuda-graph-max-bs"]
     assert [x for x in b if x not in a] == ["--cuda-graph-max-bs-decode"]
-    c, d = load("qwen36-hybrid-ddtree-pr29907-0.5.11.argv.json"), load("qwen36-hybrid-ddtree-pr29907-0.5.23.argv.json")
+    c, d = load("qwen36-hybrid-dflash-0.5.11.argv.json"), load("qwen36-hybrid-dflash-0.5.23.argv.json")
     assert [x for x in c if x not in d] == ["--mamba-scheduler-strategy"]
     assert [x for x in d if x not in c] == ["--mamba-radix-cache-strategy"]
 
 
-def test_kimi_golden_is_the_validated_field_line():
-    """sglang.md section 4 'Validated flags' (0.5.23), plus the explicit block size."""
+def test_kimi_golden_is_the_playbook_line():
+    """The playbook's instance: the field-validated flags (sglang.md section 4) with a context the KV pool holds and
+    matching CUDA graph / running-request sizes."""
     with open(os.path.join(GOLDEN, "kimi-dflash-tp8-0.5.23.argv.json"), encoding="utf-8") as handle:
         argv = json.load(handle)
     line = " ".join(argv)
@@ -80,6 +84,15 @@ def test_kimi_golden_is_the_validated_field_line():
                  "--speculative-draft-model-path /models/Kimi-K2.6-DFlash", "--speculative-num-draft-tokens 16",
                  "--attention-backend triton", "--speculative-draft-attention-backend triton",
                  "--tool-call-parser kimi_k2", "--reasoning-parser kimi_k2", "--mem-fraction-static 0.85",
-                 "--context-length 131072", "--chunked-prefill-size 16384", "--max-running-requests 16",
-                 "--cuda-graph-max-bs-decode 16", "--enable-metrics", "--watchdog-timeout 600"):
+                 "--context-length 65536", "--max-running-requests 16", "--cuda-graph-max-bs-decode 16",
+                 "--enable-metrics", "--host 127.0.0.1 --port 30000"):
         assert part in line, part
+    with open(os.path.join(GOLDEN, "kimi-dflash-tp8-0.5.23.env"), encoding="utf-8") as handle:
+        env = handle.read()
+    assert 'PATH="/opt/sglang/venv/bin:/usr/local/cuda/bin:' in env and 'CUDA_HOME="/usr/local/cuda"' in env
+
+
+def test_fork_golden_renders_block_size_as_budget_plus_one():
+    with open(os.path.join(GOLDEN, "qwen36-hybrid-ddtree-fork-0.5.23.argv.json"), encoding="utf-8") as handle:
+        argv = json.load(handle)
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "16"

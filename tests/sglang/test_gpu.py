@@ -42,8 +42,10 @@ def test_detected_memory_and_gpus_feed_validation(mdir):
 
 def test_smallest_selected_gpu_bounds_the_memory(mdir):
     detected = specmod.parse_nvidia_smi(RECORDED_MIXED)
-    plan(dict(name="m", target=mdir["qwen"], tp=1, gpus=[0]), real_dialect("0.5.23"), detected=detected)
-    problems = refusal(dict(name="m", target=mdir["qwen"], tp=1, gpus=[1]), real_dialect("0.5.23"),
-                       detected=detected)
-    assert problems == ["weights 53.8 GB / tp 1 = 53.8 GB per GPU > 41.1 GB usable per GPU (44.99 GiB x "
-                        "mem_fraction_static 0.85 = 38.24 GiB); use tp 2 (26.9 GB per GPU)"]
+    plan(dict(name="m", target=mdir["qwen"], tp=1, gpus=[0], context_length=32768), real_dialect("0.5.23"),
+         detected=detected)
+    problems = refusal(dict(name="m", target=mdir["qwen"], tp=1, gpus=[1], context_length=32768),
+                       real_dialect("0.5.23"), detected=detected)
+    assert problems == ["weights 53.8 GB per GPU (52.9 GB sharded + 0.9 GB replicated on every rank) at tp 1 > 39.0 GB "
+                        "usable per GPU (44.99 GiB - 2.25 GiB runtime reserve, x mem_fraction_static 0.85), leaving "
+                        "no KV cache (0 tokens for a 32768-token context_length request); use tp 2 (27.4 GB per GPU)"]

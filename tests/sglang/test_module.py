@@ -120,8 +120,8 @@ def test_a_symlink_at_the_unit_path_is_not_read(host, mdir, tmp_path):
 def test_refused_spec_names_the_numbers(host, mdir):
     failed, result = host.run(args(host, mdir, tp=4, gpus=[0, 1, 2, 3]))
     assert failed and len(result["problems"]) == 1
-    assert result["msg"].startswith("sglang_service refused the spec: weights 151.9 GB per GPU (148.0 GB sharded + 3.1 GB "
-                                 "replicated on every rank + 0.8 GB drafter) at tp 4 > 85.6 GB usable per GPU")
+    assert result["msg"].startswith("sglang_service refused the spec: weights 151.9 GB per GPU (148.0 GB sharded + "
+                                    "3.1 GB replicated on every rank + 0.8 GB drafter) at tp 4 > 85.6 GB usable per GPU")
     assert result["msg"].endswith("use tp 8 (77.5 GB per GPU)")
 
 

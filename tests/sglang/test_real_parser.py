@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO, kimi_params, plan, qwen_ddtree_params, real_dialect, require_parse_venv
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_flags as flags
 
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 VALIDATOR = os.path.join(REPO, "tools", "sglang_standin", "validate_argv.py")
 
 
@@ -67,16 +68,13 @@ def test_pp_with_dflash_is_refused_by_sglang_too(mdir):
     assert rc == 3 and "pp_size" in result["resolve_error"], (rc, result, err[-800:])
 
 
-@pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
-def test_ddtree_lines_are_rejected_by_released_parsers(mdir, version):
-    """DDTree is in no release: the pr29907 line fails on the real parsers (why the module refuses first)."""
-    dialect = flags.static_dialect(version, "pr29907")
+def test_ddtree_lines_are_rejected_by_released_parsers(mdir):
+    """DDTree is in no release: the pr29907 line fails on the real parser (why the module refuses first).
+    (A pr29907 line for 0.5.11 is not even rendered: the PR needs the newer DFlash worker.)"""
+    dialect = flags.static_dialect("0.5.23", "pr29907")
     spec, resolved, argv = plan(qwen_ddtree_params(mdir), dialect)
-    rc, result, err = validate(version, argv)
-    # 0.5.11 enforces the algorithm choices first; 0.5.23 (free string) fails on the budget flag.
-    expected = ("invalid choice: 'DDTREE'" if version == "0.5.11"
-                else "unrecognized arguments: --speculative-ddtree-budget 15")
-    assert rc == 2 and expected in err, err[-1500:]
+    rc, result, err = validate("0.5.23", argv)
+    assert rc == 2 and "unrecognized arguments: --speculative-ddtree-budget 15" in err, err[-1500:]
 
 
 def test_hybrid_dflash_0523_parses_with_the_renamed_mamba_flag(mdir):
@@ -86,3 +84,28 @@ def test_hybrid_dflash_0523_parses_with_the_renamed_mamba_flag(mdir):
     assert rc == 0, err[-2000:]
     assert result["mamba_radix_cache_strategy"] == "extra_buffer"
     assert result["speculative_num_draft_tokens"] == 16
+
+
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
+def test_playbook_golden_line_parses_with_the_real_parser(mdir, version):
+    """The golden Kimi line (the playbook's own instance) is accepted by SGLang's own parser of that version,
+    with the CUDA graph size and running requests it was rendered with."""
+    with open(os.path.join(GOLDEN, "kimi-dflash-tp8-%s.argv.json" % version), encoding="utf-8") as handle:
+        argv = [a.replace("/models", mdir["root"], 1) if a.startswith("/models/") else a for a in json.load(handle)]
+    opts = ("--resolve", "--sm120") if version == "0.5.23" else ()
+    rc, result, err = validate(version, argv + ["--device", "cuda"], *opts)
+    assert rc == 0, err[-2000:]
+    assert (result["speculative_algorithm"], result["speculative_num_draft_tokens"]) == ("DFLASH", 16)
+    assert result["context_length"] == 65536 and result["tp_size"] == 8
+
+
+def test_api_key_config_file_is_read_by_the_real_parser(mdir, tmp_path):
+    """SGLang reads --config YAML in-process: the key reaches ServerArgs.api_key, the argv holds only the path."""
+    secret = tmp_path / "kimi.secret.yaml"
+    secret.write_text("api-key: test-key-from-file\n")
+    spec, resolved, argv = plan(kimi_params(mdir, host="0.0.0.0"), real_dialect("0.5.23"))
+    argv = [str(secret) if a == spec.secret_path else a for a in argv]
+    assert "test-key-from-file" not in " ".join(argv)
+    rc, result, err = validate("0.5.23", argv + ["--device", "cuda"], "--key", "api_key")
+    assert rc == 0, err[-2000:]
+    assert result["api_key"] == "test-key-from-file"

@@ -23,8 +23,10 @@ def one(problems):
 # -- memory ------------------------------------------------------------------
 def test_kimi_tp4_on_96_gib_gpus_is_refused_with_numbers_and_fix(mdir):
     msg = one(refusal(kimi_params(mdir, tp=4, gpus=[0, 1, 2, 3]), D23))
-    assert msg == ("weights 598.3 GB (target 595.3 GB + draft 3.0 GB) / tp 4 = 149.6 GB per GPU > 87.6 GB "
-                   "usable per GPU (96 GiB x mem_fraction_static 0.85 = 81.6 GiB); use tp 8 (74.8 GB per GPU)")
+    assert msg == ("weights 151.9 GB per GPU (148.0 GB sharded + 3.1 GB replicated on every rank + 0.8 GB drafter) "
+                   "at tp 4 > 85.6 GB usable per GPU (96 GiB - 2.25 GiB runtime reserve, x mem_fraction_static 0.85), "
+                   "leaving no KV cache (0 tokens for a 65536-token context_length request); use tp 8 "
+                   "(77.5 GB per GPU)")
 
 
 def test_kimi_tp8_fits(mdir):
@@ -35,12 +37,12 @@ def test_kimi_tp8_fits(mdir):
 
 def test_memory_from_nvidia_smi_when_gpu_memory_gib_is_omitted(mdir):
     msg = one(refusal(kimi_params(mdir, tp=4, gpus=[0, 1, 2, 3], gpu_memory_gib=None), D23, detected=RTX))
-    assert "(95.59 GiB x mem_fraction_static 0.85" in msg and "use tp 8" in msg
+    assert "(95.59 GiB - 2.25 GiB runtime reserve, x mem_fraction_static 0.85)" in msg and "use tp 8" in msg
 
 
 def test_model_that_fits_nowhere(mdir):
     msg = one(refusal(kimi_params(mdir, gpu_memory_gib=24), D23))
-    assert "> 21.9 GB usable per GPU (24 GiB x mem_fraction_static 0.85 = 20.4 GiB)" in msg
+    assert "> 19.9 GB usable per GPU (24 GiB - 2.25 GiB runtime reserve, x mem_fraction_static 0.85)" in msg
     assert "does not fit even on 8 GPUs" in msg
 
 
@@ -52,8 +54,9 @@ def test_without_gpu_memory_and_without_nvidia_smi(mdir):
 def test_weights_summed_from_shards_when_there_is_no_index(tmp_path, mdir):
     target = models.write_model(str(tmp_path / "noindex"), copy.deepcopy(models.QWEN36_CONFIG),
                                 shard_sizes=[3 * 10 ** 9, 3 * 10 ** 9])
-    msg = one(refusal(dict(name="q", target=target, tp=1, gpu_memory_gib=4), D23))
-    assert msg.startswith("weights 6.0 GB / tp 1 = 6.0 GB per GPU > 3.7 GB usable")
+    msg = one(refusal(dict(name="q", target=target, tp=1, gpu_memory_gib=8), D23))
+    assert msg.startswith("weights 6.0 GB per GPU (5.1 GB sharded + 0.9 GB replicated on every rank) at tp 1 > 5.2 GB "
+                          "usable")
 
 
 # -- tp / GPUs -----------------------------------------------------------------
@@ -235,7 +238,7 @@ def test_extra_args_known_to_0511_but_not_0523(mdir):
 
 @pytest.mark.parametrize("args, expected", [
     ([";"], "extra_args has a lone ';'"),
-    (["--x\n--y"], "contains a newline or NUL"),
+    (["--x\n--y"], "contains a newline, NUL or other control character"),
 ])
 def test_extra_args_that_systemd_cannot_carry(mdir, args, expected):
     problems = refusal(kimi_params(mdir, extra_args=args), flags.static_dialect("0.5.23"))

@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 from conftest import REPO, kimi_params, plan, real_dialect, require_parse_venv
@@ -20,6 +21,40 @@ def free_port():
 def get(url):
     with urllib.request.urlopen(url, timeout=5) as answer:
         return answer.status, answer.read()
+
+
+def call(url, body=None, key=None):
+    """(status, JSON body) of a GET or, with body, a POST; HTTP errors are answers too."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer %s" % key
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def start(python, argv, port):
+    """Start the stand-in and wait until /health_generate answers 200 (it needs no key)."""
+    env = dict(os.environ, CT200_STANDIN_LOAD_SECONDS="0", CT200_STANDIN_WARMUP_SECONDS="1")
+    proc = subprocess.Popen([python, STANDIN] + argv[3:], stderr=subprocess.PIPE, text=True, env=env)
+    deadline, statuses = time.monotonic() + 300, []
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            statuses.append(get("http://127.0.0.1:%d/health_generate" % port)[0])
+            if statuses[-1] == 200:
+                return proc, statuses
+        except OSError as exc:  # refused while "loading", 503 while warming up
+            statuses.append(getattr(exc, "code", "refused"))
+        time.sleep(0.3)
+    proc.terminate()
+    raise AssertionError((statuses[-5:], proc.communicate(timeout=30)[1][-3000:]))
+
+
+CHAT = {"model": "kimi-k2.6", "messages": [{"role": "user", "content": "Say hi"}], "max_tokens": 8}
 
 
 def test_standin_serves_what_sglangs_parser_parsed(mdir):
@@ -50,6 +85,8 @@ def test_standin_serves_what_sglangs_parser_parsed(mdir):
         assert info["model_path"] == mdir["kimi"] and info["cuda_graph_max_bs_decode"] == 16
         models = json.loads(get("http://127.0.0.1:%d/v1/models" % port)[1])
         assert models["data"][0]["id"] == "kimi-k2.6" and models["data"][0]["owned_by"] == "sglang-standin"
+        status, answer = call("http://127.0.0.1:%d/v1/chat/completions" % port, CHAT)  # loopback: no key
+        assert status == 200 and answer["choices"][0]["message"]["content"].startswith("[sglang-standin")
     finally:
         proc.terminate()
         err = proc.communicate(timeout=30)[1]
@@ -63,3 +100,30 @@ def test_standin_refuses_a_bad_argv_with_sglangs_message(mdir):
     proc = subprocess.run([python, STANDIN] + argv[3:], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert "error: ambiguous option: --cuda-graph-max-bs could match --cuda-graph-max-bs-decode" in proc.stderr
+
+
+def test_standin_answers_chat_completions_and_honours_the_api_key_file(mdir, tmp_path):
+    python = require_parse_venv("0.5.23")
+    port = free_port()
+    secret = tmp_path / "kimi.secret.yaml"
+    key = "k-" + os.urandom(8).hex()
+    secret.write_text("api-key: %s\n" % key)
+    spec, resolved, argv = plan(kimi_params(mdir, port=port, api_key=True), real_dialect("0.5.23"))
+    argv = [str(secret) if a == spec.secret_path else a for a in argv]
+    assert key not in " ".join(argv)
+    proc, statuses = start(python, argv, port)
+    base = "http://127.0.0.1:%d" % port
+    try:
+        assert call(base + "/v1/chat/completions", CHAT) == (401, {"error": "Unauthorized"})
+        assert call(base + "/v1/chat/completions", CHAT, key="wrong")[0] == 401
+        assert call(base + "/server_info")[0] == 401
+        status, answer = call(base + "/v1/chat/completions", CHAT, key=key)
+        assert status == 200 and answer["object"] == "chat.completion" and answer["model"] == "kimi-k2.6"
+        assert answer["choices"][0]["message"]["role"] == "assistant"
+        assert answer["choices"][0]["finish_reason"] == "stop" and "usage" in answer
+        assert call(base + "/v1/chat/completions", dict(CHAT, model="other"), key=key)[0] == 404
+        assert call(base + "/metrics")[0] == 200
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1]
+    assert key not in err

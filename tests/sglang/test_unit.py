@@ -178,7 +178,7 @@ def test_verify_fails_on_warnings_and_errors(mdir, broken, expected):
     spec, resolved, argv = plan(kimi_params(mdir, python=sys.executable), D23)
     text = unit.render_unit(spec, argv).replace("Type=exec", broken, 1)
     if "ExecStart=/nonexistent" in broken:
-        text = "\n".join(l for l in text.splitlines() if not l.startswith('ExecStart="'))
+        text = "\n".join(line for line in text.splitlines() if not line.startswith('ExecStart="'))
     problems = unit.verify_unit(_run, spec.unit_name, text, systemd_analyze=ANALYZE)
     assert problems and any(expected in p for p in problems), problems
 
@@ -199,7 +199,7 @@ def test_hardened_unit_scores_at_most_4_5(mdir, profile):
 def test_security_score_would_catch_the_old_unit(mdir):
     """The score check can fail: without the hardening block the same unit scores above 4.5."""
     spec, resolved, argv = plan(kimi_params(mdir, python=sys.executable), D23)
-    text = "\n".join(l for l in unit.render_unit(spec, argv).splitlines() if l not in unit.HARDENING)
+    text = "\n".join(line for line in unit.render_unit(spec, argv).splitlines() if line not in unit.HARDENING)
     assert unit.security_score(_run, spec.unit_name, text, systemd_analyze=ANALYZE) > 4.5
 
 

@@ -18,7 +18,17 @@ What is fake: everything after parsing. It serves, from what it parsed,
   SGLang does), ``version``, ``launch_command``, and ``"standin": true``
 * ``GET /v1/models`` -- ``data[0].id`` = served model name
 * ``POST /generate`` -- a fixed text, ``meta_info.standin = true``
-* ``POST /v1/chat/completions`` -- a fixed OpenAI-shaped answer, ``"standin": true``
+* ``POST /v1/chat/completions`` -- an OpenAI-shaped ``chat.completion`` with a
+  fixed assistant message (``model`` = the request's model; 404 for another model
+  name, like SGLang's served-model check)
+
+API key: read exactly as SGLang reads it -- ``--api-key`` or a ``--config`` YAML
+(``api-key: ...``) merged by SGLang's own ``prepare_server_args``. When set,
+every path except ``/health*``, ``/ready*`` and ``/metrics*`` needs
+``Authorization: Bearer KEY`` and answers 401 ``{"error": "Unauthorized"}``
+otherwise (SGLang 0.5.23 ``srt/utils/auth.py``). Like SGLang 0.5.23,
+``/server_info`` reports every server arg, the key included, to an
+authenticated caller: never print that answer unfiltered.
 
 Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
 weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1).
@@ -26,6 +36,7 @@ weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1).
 
 import dataclasses
 import enum
+import hmac
 import importlib.metadata
 import json
 import logging
@@ -109,6 +120,38 @@ class StandIn(object):
         }]}
 
 
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")  # SGLang's probes need no key
+
+
+def authorized(api_key, path, header):
+    """SGLang's decide_request_auth for the NORMAL level: probes open, else Bearer KEY when a key is set."""
+    if not api_key or path.startswith(OPEN_PREFIXES):
+        return True
+    parts = (header or "").split(" ", 1)
+    return len(parts) == 2 and parts[0].lower() == "bearer" and hmac.compare_digest(parts[1], api_key)
+
+
+def chat_completion(standin, request):
+    """An OpenAI chat.completion answer (the stand-in has no model: the text says so)."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return 400, {"object": "error", "message": "messages must be a non-empty list", "code": 400}
+    model = request.get("model") or standin.served_name
+    if model != standin.served_name:
+        return 404, {"object": "error", "message": "The model `%s` does not exist." % model, "code": 404}
+    text = "[sglang-standin: no model loaded; %d message(s) received]" % len(messages)
+    return 200, {
+        "id": "chatcmpl-standin-%d" % int(time.time() * 1000), "object": "chat.completion",
+        "created": int(time.time()), "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
+                                             "tool_calls": None},
+                     "logprobs": None, "finish_reason": "stop", "matched_stop": None}],
+        "usage": {"prompt_tokens": sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict)),
+                  "completion_tokens": len(text) // 4, "total_tokens": 0},
+        "standin": True,
+    }
+
+
 def make_handler(standin):
     class Handler(BaseHTTPRequestHandler):
         server_version = NAME
@@ -128,8 +171,16 @@ def make_handler(standin):
         def _warm(self):
             return standin.ready_at is not None and time.time() >= standin.ready_at
 
+        def _allowed(self, path):
+            if authorized(standin.args.get("api_key"), path, self.headers.get("Authorization")):
+                return True
+            self._send(401, {"error": "Unauthorized"})
+            return False
+
         def do_GET(self):
             path = self.path.split("?", 1)[0]
+            if not self._allowed(path):
+                return None
             if path in ("/health", "/health_generate", "/ready"):
                 if self._warm():
                     return self._send(200, None)
@@ -146,19 +197,20 @@ def make_handler(standin):
             path = self.path.split("?", 1)[0]
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if not self._allowed(path):
+                return None
             if path not in ("/generate", "/v1/chat/completions"):
                 return self._send(404, {"error": "not served by the stand-in: %s" % path})
             try:
-                body = json.loads(raw or b"{}")
+                request = json.loads(raw or b"{}")
             except ValueError:
                 return self._send(400, {"error": "body is not JSON"})
-            if path == "/v1/chat/completions":  # a canned OpenAI-shaped answer, clearly marked
-                return self._send(200, {
-                    "id": "standin", "object": "chat.completion", "standin": True,
-                    "model": body.get("model") or standin.args.get("served_model_name"),
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                        "role": "assistant", "content": "OK [sglang-standin: no model]"}}],
-                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+            if not isinstance(request, dict):
+                return self._send(400, {"error": "body is not a JSON object"})
+            if path == "/v1/chat/completions":
+                if not self._warm():
+                    return self._send(503, {"error": "warming up (stand-in)"})
+                return self._send(*chat_completion(standin, request))
             return self._send(200, {"text": "[sglang-standin: no model]", "meta_info": {
                 "standin": True, "completion_tokens": 0, "spec_verify_ct": 0}})
 
@@ -170,9 +222,9 @@ def main(argv=None):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s " + NAME + " %(message)s", stream=sys.stderr)
     LOG.info("SGLANG TEST STAND-IN (not SGLang, no model is loaded); parsing argv with SGLang's parser")
     version, args = parse_with_sglang(argv)  # exits 2 with SGLang's message on a bad argv
-    LOG.info("argv accepted by sglang %s's parser: speculative_algorithm=%s draft=%s num_draft_tokens=%s",
-             version, args.get("speculative_algorithm"), args.get("speculative_draft_model_path"),
-             args.get("speculative_num_draft_tokens"))
+    LOG.info("argv accepted by sglang %s's parser: speculative_algorithm=%s draft=%s num_draft_tokens=%s "
+             "api_key=%s", version, args.get("speculative_algorithm"), args.get("speculative_draft_model_path"),
+             args.get("speculative_num_draft_tokens"), "set" if args.get("api_key") else "none")
     standin = StandIn(version, args, argv)
     time.sleep(float(os.environ.get("CT200_STANDIN_LOAD_SECONDS", "2")))
     host = args.get("host") or "127.0.0.1"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check an SGLang command line with SGLang's own code (run with a parse venv's python).
 
-    VENV/bin/python validate_argv.py [--resolve] [--sm120] -- ARGV...
+    VENV/bin/python validate_argv.py [--resolve] [--sm120] [--key DEST]... -- ARGV...
 
 Exit 2: SGLang's parser refused the argv (its message on stderr).
 Exit 3: ServerArgs.resolve_once() refused it (JSON with the error on stdout).
@@ -46,7 +46,8 @@ def main():
         values = args.resolved_dict()
     else:
         values = {f.name: getattr(args, f.name) for f in dataclasses.fields(args)}
-    print("CT200-RESULT " + json.dumps({k: values.get(k) for k in KEYS if k in values}, default=str))
+    keys = list(KEYS) + [opts[i + 1] for i, o in enumerate(opts[:-1]) if o == "--key"]
+    print("CT200-RESULT " + json.dumps({k: values.get(k) for k in keys if k in values}, default=str))
     return 0
 
 
