@@ -202,12 +202,19 @@ def run_fleet_command(args, token: str | None, out) -> int:
         if pdd.kept:
             print("runner artifacts: %s" % outcome.artifact_dir, file=out)
         if not outcome.ok:
-            failed = ", ".join(outcome.failed_hosts) or "the run itself (rc %d)" % outcome.rc
-            print("FAILED: %s" % failed, file=out)
+            print("FAILED: %s" % failure_cause(outcome), file=out)
             return EXIT_FAILED
         return EXIT_OK
     finally:
         pdd.close()
+
+
+def failure_cause(outcome) -> str:
+    if outcome.failed_hosts:
+        return ", ".join(outcome.failed_hosts)
+    if outcome.rc == 0:
+        return "no host matched the inventory and --limit: check both"
+    return "ansible-playbook exited %d before any host failed:\n  %s" % (outcome.rc, "\n  ".join(outcome.stdout_tail))
 
 
 def promote_token(args, token: str, out) -> dict:
@@ -229,7 +236,7 @@ def main(argv=None, stdin=None, out=None) -> int:
     try:
         refuse_token_in_environment(os.environ)
         check_arguments(args)
-        token = read_token(args, stdin or sys.stdin)
+        token = read_token(args, stdin or sys.stdin.buffer)
         if token is not None:
             refuse_token_in_any_variable(token, os.environ)
         if args.command == "promote-token":

@@ -37,6 +37,7 @@ class RunOutcome:
     hosts: list[HostSummary]
     report: dict | None
     artifact_dir: str
+    stdout_tail: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -134,4 +135,13 @@ def run_playbook(playbook, *, inventory: str, private_data_dir: str, progress: F
     hosts = progress.finish(inventory_hosts(inventory, limit))
     report = read_report(report_path)
     return RunOutcome(rc=result.rc, runner_status=result.status, hosts=merge_report(hosts, report),
-                      report=report, artifact_dir=result.config.artifact_dir)
+                      report=report, artifact_dir=result.config.artifact_dir, stdout_tail=_tail(result))
+
+
+def _tail(result, lines=6) -> list[str]:
+    """The last lines ansible-playbook printed (its ERROR! when it stops before any host)."""
+    try:
+        text = result.stdout.read()
+    except (OSError, AttributeError):
+        return []
+    return [line for line in text.splitlines() if line.strip()][-lines:]

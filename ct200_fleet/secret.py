@@ -81,6 +81,8 @@ def read_token_file(path: str) -> str:
 
 def read_token_stdin(stream) -> str:
     raw = stream.read(MAX_TOKEN_BYTES + 1)
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogateescape")
     if len(raw) > MAX_TOKEN_BYTES:
         raise CliError("standard input is larger than %d bytes: pipe in only the token" % MAX_TOKEN_BYTES)
     return validated_token(raw, "standard input")
