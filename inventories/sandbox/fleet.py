@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_STATE = REPO / ".cache" / "sandbox" / "state.json"
-CONNECTION = "ct200.deploy.nsenter"
+CONNECTION = "ct200.sandbox.nsenter"
 HOST_PYTHON = "/usr/bin/python3"
 
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """SGLang flag dialects for sglang_service (PRIVATE to the collection).
 
 A *dialect* is what one SGLang build's own argument parser accepts: its option
@@ -27,8 +27,9 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
 
 Runner = Callable[[List[str]], Tuple[int, str, str]]
 
@@ -307,8 +308,8 @@ def installed_version(run: Runner, python: str) -> Dict[str, Any]:
     """Cheap call: version, dist-info path and its mtime of the venv's sglang."""
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise DialectError(
-            "python %s is not an executable absolute path; set python to the SGLang venv's "
-            "interpreter (e.g. /opt/sglang/venv/bin/python) or set sglang_version to render "
+            "SGLang is not installed: %s is not an executable absolute path; install SGLang with the "
+            "role ct200.deploy.sglang_runtime, or set sglang_runtime_version in the inventory to render "
             "without probing" % python
         )
     rc, out, err = run([python, "-c", VERSION_SOURCE])
@@ -317,7 +318,8 @@ def installed_version(run: Runner, python: str) -> Dict[str, Any]:
         raise DialectError("cannot read the SGLang version with %s (rc %s): %s" % (python, rc, (err or out)[-400:]))
     if data.get("error"):
         raise DialectError(
-            "%s; install SGLang in that venv or set sglang_version to render without probing" % data["error"]
+            "SGLang is not installed (%s); install it with the role ct200.deploy.sglang_runtime, or set "
+            "sglang_runtime_version in the inventory to render without probing" % data["error"]
         )
     return data
 
@@ -355,24 +357,8 @@ def probe_dialect(run: Runner, python: str, cache_dir: Optional[str], write_cach
         )
     dialect = dialect_from_manifest(manifest, "probe")
     if path and write_cache:
-        write_atomic(path, json.dumps(manifest, sort_keys=True), 0o644)
+        atomic_write(path, json.dumps(manifest, sort_keys=True), mode=0o644, create_dirs=True)
     return dialect
-
-
-def write_atomic(path: str, content: str, mode: int) -> None:
-    """Write ``content`` to ``path`` via a temp file in the same directory."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ct200-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Model introspection for sglang_service (PRIVATE to the collection).
 
 Reads ``config.json`` (and the safetensors index) of a local target model and

@@ -1,15 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Typed deployment spec, validation and rendering for sglang_service.
 
 PRIVATE to the collection. ``ARGUMENT_SPEC`` is the module's argument_spec and
 the single source of truth for option names, types and defaults; the role's
 ``meta/argument_specs.yml`` mirrors it (tests/sglang checks that).
 
-Flow: ``Spec.from_params`` -> ``validate`` (every refusal names the numbers and
-the fix; all problems are reported at once) -> ``render_argv``. Nothing is
-rendered from a spec that failed validation.
+Flow: ``Spec.from_params`` -> ``validate`` (a list of small named rules, each
+adding refusals that name the numbers and the fix; all problems are reported
+at once) -> ``render_argv``. Nothing is rendered from a spec that failed
+validation.
 """
 
 from __future__ import annotations
@@ -18,18 +19,25 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
+from ansible_collections.ct200.deploy.plugins.module_utils import sglang_fit as fitmod
 from ansible_collections.ct200.deploy.plugins.module_utils.sglang_flags import (
     Dialect,
     unknown_options,
+    version_tuple,
 )
 from ansible_collections.ct200.deploy.plugins.module_utils.sglang_model import ModelInfo
 
 DEFAULT_PYTHON = "/opt/sglang/venv/bin/python"
+# Where the operator sets the runtime (roles/sglang_runtime); named in "SGLang missing" errors.
+RUNTIME_ROLE = "ct200.deploy.sglang_runtime"
+RUNTIME_VENV_VAR = "sglang_runtime_venv"
+RUNTIME_VERSION_VAR = "sglang_runtime_version"
 GIB = 1024 ** 3
 GB = 1000 ** 3
 DFLASH_DEFAULT_BLOCK = 16  # SGLang's default when the drafter config has none
 MAMBA_TRACK_INTERVAL = 256  # SGLang default mamba_track_interval (extra_buffer)
 NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=index,memory.total,name", "--format=csv,noheader,nounits"]
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 SPECULATIVE_OPTIONS: Dict[str, Any] = {
     "algorithm": {"type": "str", "choices": ["none", "dflash", "ddtree"], "default": "none"},
@@ -50,23 +58,28 @@ OTHER_INSTANCE_OPTIONS: Dict[str, Any] = {
 
 ARGUMENT_SPEC: Dict[str, Any] = {
     "name": {"type": "str", "required": True},
-    "state": {"type": "str", "choices": ["present", "started", "stopped", "absent"], "default": "started"},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
     "target": {"type": "path"},
     "draft": {"type": "path"},
     "speculative": {"type": "dict", "options": SPECULATIVE_OPTIONS, "default": {}},
     "tp": {"type": "int", "default": 1},
     "pp": {"type": "int", "default": 1},
     "gpus": {"type": "list", "elements": "int"},
+    "gpu_count": {"type": "int"},
+    "gpu_numa_nodes": {"type": "list", "elements": "int"},
     "gpu_memory_gib": {"type": "float"},
     "mem_fraction_static": {"type": "float", "default": 0.85},
+    "min_concurrent_requests": {"type": "int", "default": 4},
     "port": {"type": "int", "default": 30000},
     "host": {"type": "str", "default": "127.0.0.1"},
+    "api_key": {"type": "bool"},
     "nccl_port": {"type": "int"},
     "served_model_name": {"type": "str"},
     "context_length": {"type": "int"},
     "attention_backend": {"type": "str"},
     "tool_call_parser": {"type": "str"},
     "reasoning_parser": {"type": "str"},
+    "require_grammar": {"type": "bool", "default": False},
     "chunked_prefill_size": {"type": "int"},
     "max_running_requests": {"type": "int"},
     "cuda_graph_max_bs": {"type": "int"},
@@ -77,6 +90,7 @@ ARGUMENT_SPEC: Dict[str, Any] = {
     "extra_args": {"type": "list", "elements": "str", "default": []},
     "environment": {"type": "dict", "default": {}},
     "python": {"type": "path", "default": DEFAULT_PYTHON},
+    "cuda_home": {"type": "path", "default": "/usr/local/cuda"},
     "launcher": {"type": "list", "elements": "str"},
     "sglang_version": {"type": "str"},
     "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
@@ -93,9 +107,6 @@ ARGUMENT_SPEC: Dict[str, Any] = {
     "start_limit_burst": {"type": "int", "default": 3},
     "start_limit_interval": {"type": "int", "default": 600},
     "health_path": {"type": "str", "default": "/health_generate"},
-    "wait_timeout": {"type": "int"},
-    "check_server_info": {"type": "bool", "default": True},
-    "enabled": {"type": "bool"},
     "read_write_paths": {"type": "list", "elements": "path", "default": []},
     "other_instances": {"type": "list", "elements": "dict", "options": OTHER_INSTANCE_OPTIONS, "default": []},
     "verify_unit": {"type": "bool", "default": True},
@@ -138,6 +149,9 @@ MANAGED_FLAGS = {
     "--speculative-dflash-draft-window-size": "speculative.draft_window_size",
     "--speculative-ddtree-budget": "speculative.ddtree_budget",
     "--speculative-dflash-enable-ddtree": "speculative.algorithm ddtree",
+    "--api-key": "api_key (the key is read from the 0600 secret file, never from argv)",
+    "--admin-api-key": "api_key (the key is read from the 0600 secret file, never from argv)",
+    "--config": "api_key (the secret file is passed as --config)",
 }
 
 # Environment the service must not get: it runs offline from local paths.
@@ -151,13 +165,22 @@ MANAGED_ENV = {
     "CUDA_DEVICE_ORDER": "gpus",
     "HOME": "the unit (StateDirectory)",
     "XDG_CACHE_HOME": "the unit (CacheDirectory)",
+    "PATH": "python (the venv's bin/ first, for the JIT's ninja)",
+    "CUDA_HOME": "cuda_home",
     "CT200_SGLANG_PORT": "port",
     "CT200_SGLANG_NCCL_PORT": "nccl_port",
     "CT200_SGLANG_NUMA_NODE": "numa_node",
 }
 LIMIT_RE = re.compile(r"^(infinity|[0-9]+[KMGT]?)(:(infinity|[0-9]+[KMGT]?))?$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+# Instance names: systemd instance-safe characters only; no path separators.
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
+# POSIX portable user/group names (useradd's default NAME_REGEX), at most 32 characters.
+POSIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
+POSIX_NAME_MAX = 32
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Paths rendered unquoted into unit directives (EnvironmentFile=, the env file's PATH).
+PLAIN_PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
+HOST_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
 # GPUs on which some attention backends pass SGLang's gate but fail at run time.
 SM120_NAME_MARKERS = ("RTX PRO 6000", "RTX 5090", "RTX 5080", "RTX PRO 5000", "RTX PRO 4500", "RTX PRO 4000")
 SM120_BAD_MLA_BACKENDS = {
@@ -206,23 +229,28 @@ class Spec:
     """The deployment spec (module options, typed)."""
 
     name: str
-    state: str = "started"
+    state: str = "present"
     target: Optional[str] = None
     draft: Optional[str] = None
     speculative: Speculative = field(default_factory=Speculative)
     tp: int = 1
     pp: int = 1
     gpus: Optional[List[int]] = None
+    gpu_count: Optional[int] = None
+    gpu_numa_nodes: Optional[List[int]] = None
     gpu_memory_gib: Optional[float] = None
     mem_fraction_static: float = 0.85
+    min_concurrent_requests: int = 4
     port: int = 30000
     host: str = "127.0.0.1"
+    api_key: Optional[bool] = None
     nccl_port: Optional[int] = None
     served_model_name: Optional[str] = None
     context_length: Optional[int] = None
     attention_backend: Optional[str] = None
     tool_call_parser: Optional[str] = None
     reasoning_parser: Optional[str] = None
+    require_grammar: bool = False
     chunked_prefill_size: Optional[int] = None
     max_running_requests: Optional[int] = None
     cuda_graph_max_bs: Optional[int] = None
@@ -233,6 +261,7 @@ class Spec:
     extra_args: List[str] = field(default_factory=list)
     environment: Dict[str, Any] = field(default_factory=dict)
     python: str = DEFAULT_PYTHON
+    cuda_home: str = "/usr/local/cuda"
     launcher: Optional[List[str]] = None
     sglang_version: Optional[str] = None
     unit_dir: str = "/etc/systemd/system"
@@ -249,9 +278,6 @@ class Spec:
     start_limit_burst: int = 3
     start_limit_interval: int = 600
     health_path: str = "/health_generate"
-    wait_timeout: Optional[int] = None
-    check_server_info: bool = True
-    enabled: Optional[bool] = None
     read_write_paths: List[str] = field(default_factory=list)
     other_instances: List[Dict[str, Any]] = field(default_factory=list)
     verify_unit: bool = True
@@ -273,12 +299,21 @@ class Spec:
     def algorithm(self) -> str:
         return (self.speculative.algorithm or "none").lower()
 
+    @property
+    def loopback(self) -> bool:
+        return self.host in LOOPBACK_HOSTS or self.host.startswith("127.")
+
+    @property
+    def secret_path(self) -> str:
+        """The API key file the role writes (0640 root:service group); SGLang reads it via --config."""
+        return "%s/%s.secret.yaml" % (self.env_dir.rstrip("/"), self.name)
+
 
 @dataclass
 class Resolved:
     """Values decided during validation and used for rendering."""
 
-    gpus: List[int]
+    gpus: List[int] = field(default_factory=list)
     block_size: Optional[int] = None
     ddtree_budget: Optional[int] = None
     ddtree_dialect: Optional[str] = None
@@ -287,6 +322,10 @@ class Resolved:
     reasoning_parser: Optional[str] = None
     mamba_strategy: Optional[str] = None
     gpu_memory_gib: Optional[float] = None
+    max_running_requests: Optional[int] = None
+    cuda_graph_max_bs: Optional[int] = None
+    api_key: bool = False
+    fit: Optional[Dict[str, Any]] = None
     warnings: List[str] = field(default_factory=list)
 
 
@@ -324,8 +363,42 @@ def _divisors(n: int, limit: int) -> List[int]:
     return [d for d in range(1, limit + 1) if n % d == 0]
 
 
+def has_control(text: Any) -> bool:
+    """A newline, tab, NUL or any other control character (systemd and env files cannot carry them)."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in str(text))
+
+
 # ---------------------------------------------------------------------------
-# Validation
+# Validation: a list of small named rules over one context.
+class _Check(object):
+    """What every rule reads (spec, dialect, models, GPUs, peers) and writes (problems, warnings, resolved)."""
+
+    def __init__(self, spec, dialect, target, draft, detected, peers):
+        self.spec = spec
+        self.dialect = dialect
+        self.target = target
+        self.draft = draft
+        self.detected = detected or []
+        self.peers = peers or []
+        self.problems: List[str] = []
+        self.warnings: List[str] = []
+        self.res = Resolved()
+
+    @property
+    def algo(self) -> str:
+        return self.spec.algorithm
+
+    @property
+    def version(self) -> str:
+        return self.dialect.version
+
+    def refuse(self, message: str) -> None:
+        self.problems.append(message)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+
 def validate(
     spec: Spec,
     dialect: Dialect,
@@ -335,352 +408,576 @@ def validate(
     peers: Optional[List[Dict[str, Any]]] = None,
 ) -> Resolved:
     """Check the spec; return resolved values or raise SpecError with every problem."""
-    problems: List[str] = []
-    warnings: List[str] = []
-    algo = spec.algorithm
-    detected_gpus = detected_gpus or []
-    peers = peers or []
+    check = _Check(spec, dialect, target, draft, detected_gpus, peers)
+    for rule in RULES:
+        rule(check)
+    if check.problems:
+        raise SpecError(check.problems)
+    check.res.warnings = check.warnings
+    return check.res
 
-    # -- identity and plain ranges ------------------------------------------
-    if not NAME_RE.match(spec.name or ""):
-        problems.append(
-            "name %r is not a valid instance name; use 1-63 characters from A-Z a-z 0-9 _ . - "
-            "starting with a letter or digit" % spec.name
-        )
-    if target is None:
-        problems.append("target is required: give the local directory of the target model")
-    for label, port in (("port", spec.port), ("nccl_port", spec.nccl_port)):
+
+def check_instance_name(name: Any) -> Optional[str]:
+    """The refusal for an instance name, or None. Used by state=present and state=absent alike."""
+    text = name if isinstance(name, str) else ""
+    if NAME_RE.match(text) and not has_control(text) and text not in (".", ".."):
+        return None
+    return ("name %r is not a valid instance name; use 1-64 characters from A-Z a-z 0-9 _ . @ - starting "
+            "with a letter, digit or _ (it becomes sglang@NAME.service and ENV_DIR/NAME.env)" % (name,))
+
+
+def _check_identity(c: _Check) -> None:
+    problem = check_instance_name(c.spec.name)
+    if problem:
+        c.refuse(problem)
+    if c.target is None:
+        c.refuse("target is required: give the local directory of the target model")
+    for label in ("service_user", "service_group"):
+        value = getattr(c.spec, label)
+        if value is None:
+            continue
+        if not POSIX_NAME_RE.match(value) or len(value) > POSIX_NAME_MAX:
+            c.refuse("%s %r is not a POSIX user/group name; use at most %d characters from a-z 0-9 _ - "
+                     "starting with a-z or _ (e.g. sglang)" % (label, value, POSIX_NAME_MAX))
+
+
+def _check_text_fields(c: _Check) -> None:
+    """No control character anywhere a value reaches the unit or the env file."""
+    s = c.spec
+    values = [("target", s.target), ("draft", s.draft), ("python", s.python), ("served_model_name",
+              s.served_model_name), ("host", s.host), ("attention_backend", s.attention_backend),
+              ("tool_call_parser", s.tool_call_parser), ("reasoning_parser", s.reasoning_parser),
+              ("kv_cache_dtype", s.kv_cache_dtype), ("mamba_strategy", s.mamba_strategy),
+              ("speculative.draft_attention_backend", s.speculative.draft_attention_backend),
+              ("cuda_home", s.cuda_home), ("unit_dir", s.unit_dir), ("env_dir", s.env_dir)]
+    values += [("launcher item", a) for a in s.launcher or []]
+    for label, value in values:
+        if value is not None and has_control(value):
+            c.refuse("%s contains a control character (newline, tab...); systemd units and env files "
+                     "cannot carry it: fix the value" % label)
+    for label in ("env_dir", "cuda_home"):
+        value = getattr(s, label)
+        if not has_control(value) and not PLAIN_PATH_RE.match(value):
+            c.refuse("%s %r must be an absolute path of A-Z a-z 0-9 _ . / @ + - only (it is written "
+                     "unquoted into the unit and the env file)" % (label, value))
+    for label in ("python", "target", "draft"):
+        value = getattr(s, label)
+        if value is not None and not has_control(value) and not value.startswith("/"):
+            c.refuse("%s %r must be an absolute path" % (label, value))
+    if not has_control(s.host) and not HOST_RE.match(s.host):
+        c.refuse("host %r is not an IP address or host name; use e.g. 127.0.0.1 or 0.0.0.0" % s.host)
+
+
+def _check_ranges(c: _Check) -> None:
+    s = c.spec
+    for label, port in (("port", s.port), ("nccl_port", s.nccl_port)):
         if port is not None and not 1 <= port <= 65535:
-            problems.append("%s %s is out of range; use 1-65535" % (label, port))
-    if spec.nccl_port is not None and spec.nccl_port == spec.port:
-        problems.append("nccl_port %s equals port; give NCCL its own port" % spec.port)
-    if not 0.0 < spec.mem_fraction_static < 1.0:
-        problems.append(
-            "mem_fraction_static %s is outside (0, 1); use e.g. 0.85 (the Kimi-K2.6 ceiling)"
-            % _fmt_num(spec.mem_fraction_static)
-        )
-    if spec.tp < 1 or spec.pp < 1:
-        problems.append("tp %s / pp %s must be >= 1" % (spec.tp, spec.pp))
-    if not spec.health_path.startswith("/") or any(c in spec.health_path for c in " \"'\\%$\n"):
-        problems.append("health_path %r must be a plain absolute URL path such as /health_generate" % spec.health_path)
-    if spec.start_timeout < 30:
-        problems.append("start_timeout %s s is too short for a model load; use >= 30 (2400 for Kimi-K2.6)"
-                        % spec.start_timeout)
+            c.refuse("%s %s is out of range; use 1-65535" % (label, port))
+    if s.nccl_port is not None and s.nccl_port == s.port:
+        c.refuse("nccl_port %s equals port; give NCCL its own port" % s.port)
+    if not 0.0 < s.mem_fraction_static < 1.0:
+        c.refuse("mem_fraction_static %s is outside (0, 1); use e.g. 0.85 (the Kimi-K2.6 ceiling)"
+                 % _fmt_num(s.mem_fraction_static))
+    if s.tp < 1 or s.pp < 1:
+        c.refuse("tp %s / pp %s must be >= 1" % (s.tp, s.pp))
+    if not s.health_path.startswith("/") or any(ch in s.health_path for ch in " \"'\\%$") or has_control(
+            s.health_path):
+        c.refuse("health_path %r must be a plain absolute URL path such as /health_generate" % s.health_path)
+    if s.start_timeout < 30:
+        c.refuse("start_timeout %s s is too short for a model load; use >= 30 (2400 for Kimi-K2.6)"
+                 % s.start_timeout)
+    for label in ("stop_timeout", "start_limit_burst", "start_limit_interval", "min_concurrent_requests"):
+        if getattr(s, label) < 1:
+            c.refuse("%s %s must be a positive number" % (label, getattr(s, label)))
+    if s.restart_sec < 0:
+        c.refuse("restart_sec %s must be >= 0" % s.restart_sec)
+    for label in ("max_running_requests", "cuda_graph_max_bs", "context_length"):
+        value = getattr(s, label)
+        if value is not None and value < 1:
+            c.refuse("%s %d must be >= 1" % (label, value))
+    if s.chunked_prefill_size is not None and s.chunked_prefill_size < 1 and s.chunked_prefill_size != -1:
+        c.refuse("chunked_prefill_size %d must be >= 1 (or -1 to disable chunked prefill)" % s.chunked_prefill_size)
+    if s.numa_node is not None and s.numa_node < 0:
+        c.refuse("numa_node %d must be >= 0" % s.numa_node)
+    if s.gpu_count is not None and s.gpu_count < 0:
+        c.refuse("gpu_count %d must be >= 0" % s.gpu_count)
+    for label in ("limit_nofile", "limit_memlock"):
+        value = str(getattr(s, label))
+        if not LIMIT_RE.match(value):
+            c.refuse("%s %r is not a systemd resource limit; use a number, infinity or soft:hard "
+                     "(e.g. 1048576, or 20000 where root lacks CAP_SYS_RESOURCE)" % (label, value))
+    for path in s.read_write_paths:
+        if not path.startswith("/") or any(ch in path for ch in " \"'\\%$") or has_control(path):
+            c.refuse("read_write_paths entry %r must be an absolute path without spaces or quotes" % path)
 
-    # -- GPUs -----------------------------------------------------------------
-    per_instance = max(spec.tp, 1) * max(spec.pp, 1)
-    if spec.gpus:
-        gpus = list(spec.gpus)
-    elif detected_gpus:
-        gpus = [g["index"] for g in detected_gpus][:per_instance]
-    else:
-        gpus = list(range(per_instance))
+
+def _selected_gpus(c: _Check) -> List[int]:
+    per_instance = max(c.spec.tp, 1) * max(c.spec.pp, 1)
+    if c.spec.gpus:
+        return list(c.spec.gpus)
+    if c.detected:
+        return [g["index"] for g in c.detected][:per_instance]
+    return list(range(per_instance))
+
+
+def _check_gpu_list(c: _Check) -> None:
+    s = c.spec
+    gpus = c.res.gpus = _selected_gpus(c)
     if len(set(gpus)) != len(gpus):
-        problems.append("gpus %s lists a GPU twice; list each GPU id once" % gpus)
+        c.refuse("gpus %s lists a GPU twice; list each GPU id once" % gpus)
     if any(g < 0 for g in gpus):
-        problems.append("gpus %s has a negative id; use nvidia-smi indexes (0, 1, ...)" % gpus)
-    if detected_gpus:
-        known = {g["index"] for g in detected_gpus}
+        c.refuse("gpus %s has a negative id; use nvidia-smi indexes (0, 1, ...)" % gpus)
+    if c.detected:
+        known = {g["index"] for g in c.detected}
         missing = [g for g in gpus if g not in known]
         if missing:
-            problems.append(
-                "gpus %s are not on this host (nvidia-smi shows %s); fix the gpus list"
-                % (missing, sorted(known))
-            )
-    if gpus and len(gpus) % per_instance != 0:
-        problems.append(
-            "tp %d x pp %d = %d GPUs per replica does not divide the %d GPUs in gpus %s; "
-            "use a tp that divides %d or list %d GPUs" % (
-                spec.tp, spec.pp, per_instance, len(gpus), gpus, len(gpus), per_instance)
-        )
-    elif gpus and len(gpus) > per_instance:
-        problems.append(
-            "tp %d x pp %d uses only %d of the %d GPUs in gpus %s; list exactly %d GPUs for this "
-            "instance (run another instance on the rest) or use tp %d"
-            % (spec.tp, spec.pp, per_instance, len(gpus), gpus, per_instance, len(gpus) // max(spec.pp, 1))
-        )
-    elif gpus and len(gpus) < per_instance and (spec.gpus or detected_gpus):
-        problems.append(
-            "tp %d x pp %d needs %d GPUs but only %d are given/detected (%s); lower tp or add GPUs"
-            % (spec.tp, spec.pp, per_instance, len(gpus), gpus)
-        )
+            c.refuse("gpus %s are not on this host (nvidia-smi shows %s); fix the gpus list" % (missing, sorted(known)))
+    _check_gpu_split(c, gpus)
 
-    gpu_mem = spec.gpu_memory_gib
-    gpu_names = sorted({g["name"] for g in detected_gpus if g["index"] in gpus})
-    if gpu_mem is None and detected_gpus:
-        selected = [g for g in detected_gpus if g["index"] in gpus] or detected_gpus
+
+def _check_gpu_split(c: _Check, gpus: List[int]) -> None:
+    s = c.spec
+    per_instance = max(s.tp, 1) * max(s.pp, 1)
+    if gpus and len(gpus) % per_instance != 0:
+        c.refuse("tp %d x pp %d = %d GPUs per replica does not divide the %d GPUs in gpus %s; use a tp that "
+                 "divides %d or list %d GPUs" % (s.tp, s.pp, per_instance, len(gpus), gpus, len(gpus), per_instance))
+    elif gpus and len(gpus) > per_instance:
+        c.refuse("tp %d x pp %d uses only %d of the %d GPUs in gpus %s; list exactly %d GPUs for this instance "
+                 "(run another instance on the rest) or use tp %d"
+                 % (s.tp, s.pp, per_instance, len(gpus), gpus, per_instance, len(gpus) // max(s.pp, 1)))
+    elif gpus and len(gpus) < per_instance and (s.gpus or c.detected):
+        c.refuse("tp %d x pp %d needs %d GPUs but only %d are given/detected (%s); lower tp or add GPUs"
+                 % (s.tp, s.pp, per_instance, len(gpus), gpus))
+
+
+def _check_gpu_count(c: _Check) -> None:
+    """Host GPU facts from preflight (gpu_count): tp 8 on a host without GPUs is refused."""
+    s = c.spec
+    if s.gpu_count is None or s.gpu_count < 0:
+        return
+    need = max(s.tp, 1) * max(s.pp, 1)
+    if s.gpu_count == 0:
+        c.refuse("this host has no GPU (gpu_count 0 from the preflight facts) but tp %d x pp %d needs %d; "
+                 "deploy on a GPU host, or run the serving stand-in on test hosts" % (s.tp, s.pp, need))
+    elif need > s.gpu_count:
+        c.refuse("tp %d x pp %d needs %d GPUs but this host has %d (gpu_count); lower tp or use a host with "
+                 "more GPUs" % (s.tp, s.pp, need, s.gpu_count))
+    elif max(c.res.gpus or [0]) >= s.gpu_count:
+        c.refuse("gpus %s name GPUs this host does not have (gpu_count %d: ids 0-%d); fix the gpus list"
+                 % (c.res.gpus, s.gpu_count, s.gpu_count - 1))
+
+
+def _check_numa(c: _Check) -> None:
+    """numa_node binds CPU and memory; refuse it when the instance's GPUs sit on other or several nodes."""
+    s = c.spec
+    if s.numa_node is None or not s.gpu_numa_nodes:
+        return
+    nodes = sorted({s.gpu_numa_nodes[g] for g in c.res.gpus if 0 <= g < len(s.gpu_numa_nodes)} - {-1})
+    if len(nodes) > 1:
+        c.refuse("numa_node %d binds the instance to one NUMA node but its GPUs %s sit on nodes %s "
+                 "(gpu_numa_nodes); remove numa_node (SGLang 0.5.23 binds each rank to its GPU's node when "
+                 "numactl is installed) or give the instance GPUs of one node" % (s.numa_node, c.res.gpus, nodes))
+    elif nodes and nodes[0] != s.numa_node:
+        c.refuse("numa_node %d, but the instance's GPUs %s sit on NUMA node %d (gpu_numa_nodes); set "
+                 "numa_node %d" % (s.numa_node, c.res.gpus, nodes[0], nodes[0]))
+
+
+def _check_gpu_memory(c: _Check) -> None:
+    gpu_mem = c.spec.gpu_memory_gib
+    if gpu_mem is None and c.detected:
+        selected = [g for g in c.detected if g["index"] in c.res.gpus] or c.detected
         gpu_mem = min(g["memory_mib"] for g in selected) / 1024.0
     if gpu_mem is not None and gpu_mem <= 0:
-        problems.append("gpu_memory_gib %s must be > 0" % _fmt_num(gpu_mem))
+        c.refuse("gpu_memory_gib %s must be > 0" % _fmt_num(gpu_mem))
         gpu_mem = None
+    c.res.gpu_memory_gib = gpu_mem
 
-    # -- target model -------------------------------------------------------
-    if target is not None:
-        heads = target.num_attention_heads
-        if heads and spec.tp >= 1 and heads % spec.tp != 0:
-            problems.append(
-                "tp %d does not divide the target's %d attention heads; use a tp from %s"
-                % (spec.tp, heads, _divisors(heads, max(8, len(detected_gpus) or 8)))
-            )
-        if (spec.context_length is not None and target.max_position_embeddings
-                and spec.context_length > target.max_position_embeddings):
-            problems.append(
-                "context_length %d exceeds the target's max_position_embeddings %d; use <= %d"
-                % (spec.context_length, target.max_position_embeddings, target.max_position_embeddings)
-            )
-        if spec.context_length is not None and spec.context_length < 1:
-            problems.append("context_length %d must be >= 1" % spec.context_length)
-        _check_memory(spec, target, draft, gpu_mem, len(detected_gpus) or len(gpus), problems, warnings)
-        if gpu_names and target.mla and spec.attention_backend in SM120_BAD_MLA_BACKENDS and any(
-                m in n for n in gpu_names for m in SM120_NAME_MARKERS):
-            problems.append(
-                "attention_backend %s %s, and this host has %s; use attention_backend triton (or omit it: "
-                "SGLang picks triton for MLA on SM120)"
-                % (spec.attention_backend, SM120_BAD_MLA_BACKENDS[spec.attention_backend], ", ".join(gpu_names))
-            )
-        if gpu_names and (target.quantization or {}).get("quant_method") in ("modelopt_fp4", "nvfp4") and any(
-                m in n for n in gpu_names for m in SM120_NAME_MARKERS):
-            problems.append(
-                "the target is NVFP4-quantized and this host has %s (SM120): NVFP4 gives NaN there "
-                "(sgl-project/sglang#18954); use the INT4 or BF16 checkpoint" % ", ".join(gpu_names)
-            )
 
-    # -- parsers, trust_remote_code ---------------------------------------------
-    tool_parser = spec.tool_call_parser
-    reasoning_parser = spec.reasoning_parser
-    if target is not None and target.is_kimi:
-        tool_parser = tool_parser or "kimi_k2"
-        reasoning_parser = reasoning_parser or "kimi_k2"
-        for label, value in (("tool_call_parser", tool_parser), ("reasoning_parser", reasoning_parser)):
+def _gpu_names(c: _Check) -> List[str]:
+    return sorted({g["name"] for g in c.detected if g["index"] in c.res.gpus})
+
+
+def _on_sm120(c: _Check) -> bool:
+    return any(m in n for n in _gpu_names(c) for m in SM120_NAME_MARKERS)
+
+
+def _check_target(c: _Check) -> None:
+    t, s = c.target, c.spec
+    if t is None:
+        return
+    heads = t.num_attention_heads
+    if heads and s.tp >= 1 and heads % s.tp != 0:
+        c.refuse("tp %d does not divide the target's %d attention heads; use a tp from %s"
+                 % (s.tp, heads, _divisors(heads, max(8, len(c.detected) or 8))))
+    if s.context_length and t.max_position_embeddings and s.context_length > t.max_position_embeddings:
+        c.refuse("context_length %d exceeds the target's max_position_embeddings %d; use <= %d"
+                 % (s.context_length, t.max_position_embeddings, t.max_position_embeddings))
+    if _on_sm120(c) and t.mla and s.attention_backend in SM120_BAD_MLA_BACKENDS:
+        c.refuse("attention_backend %s %s, and this host has %s; use attention_backend triton (or omit it: "
+                 "SGLang picks triton for MLA on SM120)"
+                 % (s.attention_backend, SM120_BAD_MLA_BACKENDS[s.attention_backend], ", ".join(_gpu_names(c))))
+    if _on_sm120(c) and (t.quantization or {}).get("quant_method") in ("modelopt_fp4", "nvfp4"):
+        c.refuse("the target is NVFP4-quantized and this host has %s (SM120): NVFP4 gives NaN there "
+                 "(sgl-project/sglang#18954); use the INT4 or BF16 checkpoint" % ", ".join(_gpu_names(c)))
+
+
+def _check_parsers(c: _Check) -> None:
+    s, t = c.spec, c.target
+    tool, reasoning = s.tool_call_parser, s.reasoning_parser
+    if t is not None and t.is_kimi:
+        tool, reasoning = tool or "kimi_k2", reasoning or "kimi_k2"
+        for label, value in (("tool_call_parser", tool), ("reasoning_parser", reasoning)):
             if value != "kimi_k2":
-                warnings.append("%s %s on a Kimi target; SGLang's Kimi-K2.x docs require kimi_k2" % (label, value))
-    trust = spec.trust_remote_code
+                c.warn("%s %s on a Kimi target; SGLang's Kimi-K2.x docs require kimi_k2" % (label, value))
+    c.res.tool_call_parser, c.res.reasoning_parser = tool, reasoning
+    trust = s.trust_remote_code
     if trust is None:
-        trust = bool(target is not None and (target.trust_remote_code or target.is_kimi))
+        trust = bool(t is not None and (t.trust_remote_code or t.is_kimi))
+    c.res.trust_remote_code = trust
 
-    # -- speculative ----------------------------------------------------------------
-    block_size = None
-    budget = None
-    ddtree_dialect = None
-    version = dialect.version
-    if algo == "none":
-        if spec.draft:
-            problems.append(
-                "draft %s is given but speculative.algorithm is none; set speculative.algorithm "
-                "dflash (or ddtree) or remove draft" % spec.draft
-            )
-        for key in ("block_size", "ddtree_budget"):
-            if getattr(spec.speculative, key) is not None:
-                problems.append("speculative.%s is set but speculative.algorithm is none; remove it or "
-                                "choose an algorithm" % key)
+
+def _check_no_speculative(c: _Check) -> None:
+    s = c.spec
+    if c.algo != "none":
+        return
+    if s.draft:
+        c.refuse("draft %s is given but speculative.algorithm is none; set speculative.algorithm dflash "
+                 "(or ddtree) or remove draft" % s.draft)
+    for key in ("block_size", "ddtree_budget"):
+        if getattr(s.speculative, key) is not None:
+            c.refuse("speculative.%s is set but speculative.algorithm is none; remove it or choose an "
+                     "algorithm" % key)
+
+
+def _check_algorithm_support(c: _Check) -> None:
+    if c.algo == "dflash" and not c.dialect.has_dflash:
+        c.refuse("SGLang %s has no DFLASH speculative algorithm (it knows %s); DFLASH first shipped in 0.5.11: "
+                 "upgrade SGLang" % (c.version, ", ".join(sorted(c.dialect.algorithms)) or "none"))
+    if c.algo != "ddtree":
+        return
+    found, wanted = c.dialect.ddtree, c.spec.speculative.ddtree_dialect
+    if found is None:
+        c.refuse("SGLang %s has no DDTree: its parser knows neither --speculative-ddtree-budget (PR "
+                 "sgl-project/sglang#29907) nor --speculative-dflash-enable-ddtree (fork "
+                 "DB-Guo/sglang-ddtree-dev); DDTree is in no SGLang release: install such a build (or set "
+                 "speculative.ddtree_dialect when rendering with sglang_version), or use algorithm dflash" % c.version)
+    elif wanted != "auto" and wanted != found:
+        c.refuse("speculative.ddtree_dialect %s does not match the installed build, whose parser speaks %s; "
+                 "set ddtree_dialect auto or %s" % (wanted, found, found))
     else:
-        if algo == "dflash" and not dialect.has_dflash:
-            problems.append(
-                "SGLang %s has no DFLASH speculative algorithm (it knows %s); DFLASH first shipped in "
-                "0.5.11: upgrade SGLang" % (version, ", ".join(sorted(dialect.algorithms)) or "none")
-            )
-        if algo == "ddtree":
-            found = dialect.ddtree
-            wanted = spec.speculative.ddtree_dialect
-            if found is None:
-                problems.append(
-                    "SGLang %s has no DDTree: its parser knows neither --speculative-ddtree-budget "
-                    "(PR sgl-project/sglang#29907) nor --speculative-dflash-enable-ddtree (fork "
-                    "DB-Guo/sglang-ddtree-dev); DDTree is in no SGLang release: install such a build "
-                    "(or set speculative.ddtree_dialect when rendering with sglang_version), "
-                    "or use algorithm dflash" % version
-                )
-            elif wanted != "auto" and wanted != found:
-                problems.append(
-                    "speculative.ddtree_dialect %s does not match the installed build, whose parser "
-                    "speaks %s; set ddtree_dialect auto or %s" % (wanted, found, found)
-                )
-            else:
-                ddtree_dialect = found
-                if found == "pr29907" and "DDTREE" not in dialect.algorithms and dialect.choices.get(
-                        "speculative_algorithm"):
-                    problems.append("SGLang %s has --speculative-ddtree-budget but DDTREE is not among its "
-                                    "--speculative-algorithm choices %s; the build is inconsistent"
-                                    % (version, dialect.choices.get("speculative_algorithm")))
-        if spec.pp > 1:
-            problems.append(
-                "pp %d with speculative %s: SGLang's DFLASH (and DDTree, built on it) supports only "
-                "pp_size 1; use pp 1 and spread the model with tp instead" % (spec.pp, algo)
-            )
-        if not spec.draft:
-            problems.append("speculative.algorithm %s needs draft: the local directory of the DFlash drafter" % algo)
-        elif draft is not None:
-            block_size = _check_draft(spec, target, draft, problems, warnings)
-        if block_size is None and spec.speculative.block_size is not None:
-            block_size = spec.speculative.block_size
-        if spec.speculative.block_size is not None and spec.speculative.block_size < 2:
-            problems.append("speculative.block_size %d must be >= 2" % spec.speculative.block_size)
-        window = spec.speculative.draft_window_size
-        if window is not None and block_size and window < block_size:
-            problems.append(
-                "speculative.draft_window_size %d is smaller than the block size %d; SGLang requires "
-                "window >= block size: use >= %d" % (window, block_size, block_size)
-            )
-        if algo == "ddtree" and not block_size:
-            pass  # the drafter problem is already reported
-        elif algo == "ddtree":
-            budget = spec.speculative.ddtree_budget
-            if budget is None:
-                budget = block_size - 1
-            if budget < 1:
-                problems.append("speculative.ddtree_budget %d must be >= 1 (default: block_size-1 = %d)"
-                                % (budget, block_size - 1))
-            elif (budget > block_size - 1 and target is not None and target.hybrid
-                  and not spec.speculative.allow_hybrid_tree):
-                problems.append(
-                    "speculative.ddtree_budget %d > block_size-1 = %d on hybrid target %s: %s; use "
-                    "ddtree_budget <= %d (spine mode, a linear chain) or set "
-                    "speculative.allow_hybrid_tree: true to accept the risk"
-                    % (budget, block_size - 1, target.path,
-                       HYBRID_TREE_REASON % "; ".join(target.hybrid_markers[:3]), block_size - 1)
-                )
-            elif budget > block_size - 1 and target is not None and target.hybrid:
-                warnings.append(
-                    "ddtree_budget %d > block_size-1 on a hybrid target accepted by allow_hybrid_tree; "
-                    "watch the output for corruption" % budget
-                )
-        elif spec.speculative.ddtree_budget is not None:
-            problems.append("speculative.ddtree_budget is only for algorithm ddtree; remove it for %s" % algo)
-        if algo != "ddtree" and spec.speculative.allow_hybrid_tree:
-            warnings.append("speculative.allow_hybrid_tree has no effect without algorithm ddtree")
+        c.res.ddtree_dialect = found
+        choices = c.dialect.choices.get("speculative_algorithm")
+        if found == "pr29907" and "DDTREE" not in c.dialect.algorithms and choices:
+            c.refuse("SGLang %s has --speculative-ddtree-budget but DDTREE is not among its "
+                     "--speculative-algorithm choices %s; the build is inconsistent" % (c.version, choices))
 
-    # -- mamba strategy (hybrid + speculative) -------------------------------------
-    mamba = spec.mamba_strategy
-    if target is not None and target.hybrid and algo != "none" and mamba is None:
+
+def _check_pr29907_base(c: _Check) -> None:
+    """PR 29907 is built on the DFlash worker v2 that 0.5.11 does not have."""
+    if c.res.ddtree_dialect == "pr29907" and version_tuple(c.version) and version_tuple(c.version) < (0, 5, 12):
+        c.refuse("DDTree PR sgl-project/sglang#29907 on SGLang %s cannot exist: the PR is built on the newer "
+                 "DFlash worker (DFlashWorkerV2) that 0.5.11 lacks; use a 0.5.2x build with the PR, the fork "
+                 "dialect, or algorithm dflash" % c.version)
+
+
+def _check_speculative_basics(c: _Check) -> None:
+    s = c.spec
+    if c.algo == "none":
+        return
+    if s.pp > 1:
+        c.refuse("pp %d with speculative %s: SGLang's DFLASH (and DDTree, built on it) supports only pp_size 1; "
+                 "use pp 1 and spread the model with tp instead" % (s.pp, c.algo))
+    if not s.draft:
+        c.refuse("speculative.algorithm %s needs draft: the local directory of the DFlash drafter" % c.algo)
+    elif c.draft is not None:
+        c.res.block_size = _check_draft(s, c.target, c.draft, c.problems, c.warnings)
+    if c.res.block_size is None and s.speculative.block_size is not None:
+        c.res.block_size = s.speculative.block_size
+    if s.speculative.block_size is not None and s.speculative.block_size < 2:
+        c.refuse("speculative.block_size %d must be >= 2" % s.speculative.block_size)
+    window, block = s.speculative.draft_window_size, c.res.block_size
+    if window is not None and block and window < block:
+        c.refuse("speculative.draft_window_size %d is smaller than the block size %d; SGLang requires window >= "
+                 "block size: use >= %d" % (window, block, block))
+    if c.algo != "ddtree" and s.speculative.ddtree_budget is not None:
+        c.refuse("speculative.ddtree_budget is only for algorithm ddtree; remove it for %s" % c.algo)
+    if c.algo != "ddtree" and s.speculative.allow_hybrid_tree:
+        c.warn("speculative.allow_hybrid_tree has no effect without algorithm ddtree")
+
+
+def _check_ddtree_budget(c: _Check) -> None:
+    s, block, t = c.spec, c.res.block_size, c.target
+    if c.algo != "ddtree" or not block:
+        return
+    budget = s.speculative.ddtree_budget if s.speculative.ddtree_budget is not None else block - 1
+    c.res.ddtree_budget = budget
+    if budget < 1:
+        c.refuse("speculative.ddtree_budget %d must be >= 1 (default: block_size-1 = %d)" % (budget, block - 1))
+    elif c.res.ddtree_dialect == "fork" and budget + 1 != block:
+        c.refuse("speculative.ddtree_budget %d: the fork dialect reads --speculative-num-draft-tokens as the block "
+                 "size and uses budget = num_draft_tokens - 1, so budget + 1 = %d must equal the drafter's block "
+                 "size %d; use ddtree_budget %d (or omit it)" % (budget, budget + 1, block, block - 1))
+    elif budget > block - 1 and t is not None and t.hybrid and not s.speculative.allow_hybrid_tree:
+        c.refuse("speculative.ddtree_budget %d > block_size-1 = %d on hybrid target %s: %s; use ddtree_budget <= %d "
+                 "(spine mode, a linear chain) or set speculative.allow_hybrid_tree: true to accept the risk"
+                 % (budget, block - 1, t.path, HYBRID_TREE_REASON % "; ".join(t.hybrid_markers[:3]), block - 1))
+    elif budget > block - 1 and t is not None and t.hybrid:
+        c.warn("ddtree_budget %d > block_size-1 on a hybrid target accepted by allow_hybrid_tree; watch the output "
+               "for corruption" % budget)
+
+
+def _lacks_grammar(c: _Check) -> Optional[str]:
+    """Why this build cannot serve grammar-constrained / logprob requests, or None."""
+    if c.algo == "dflash" and version_tuple(c.version) and version_tuple(c.version) < (0, 5, 12):
+        return ("SGLang %s's DFLASH rejects logprobs and every grammar-constrained request (json_schema, "
+                "tool_choice required/named, strict tools; managers/scheduler.py)" % c.version)
+    if c.algo == "ddtree" and c.res.ddtree_dialect == "pr29907":
+        return "DDTree (PR sgl-project/sglang#29907) serves no grammar-constrained or logprob requests"
+    return None
+
+
+def _check_grammar(c: _Check) -> None:
+    reason = _lacks_grammar(c)
+    if reason is None:
+        return
+    if c.spec.require_grammar:
+        c.refuse("require_grammar is true (strict tool calls, JSON schema), but %s; use SGLang 0.5.23 with "
+                 "algorithm dflash, or set require_grammar false and send tool_choice auto only" % reason)
+    else:
+        c.warn("%s; agentic clients must use tool_choice auto and no logprobs (set require_grammar: true to "
+               "refuse this combination)" % reason)
+
+
+def _check_mamba(c: _Check) -> None:
+    s, t = c.spec, c.target
+    mamba = s.mamba_strategy
+    if t is not None and t.hybrid and c.algo != "none" and mamba is None:
         mamba = "extra_buffer"  # z-lab recipe; 0.5.11 no_buffer + radix cache raises
-    if mamba is not None:
-        flag = dialect.flag("mamba_strategy")
-        if flag is None:
-            problems.append("SGLang %s has no mamba strategy flag; remove mamba_strategy" % version)
-        if (mamba == "no_buffer" and algo != "none" and flag == "--mamba-scheduler-strategy"
-                and "--disable-radix-cache" not in spec.extra_args):
-            problems.append(
-                "mamba_strategy no_buffer with speculative decoding and the radix cache raises on SGLang "
-                "%s; use mamba_strategy extra_buffer or add --disable-radix-cache to extra_args" % version
-            )
-        tokens = budget + 1 if (algo == "ddtree" and budget and ddtree_dialect == "fork") else block_size
-        if mamba.startswith("extra_buffer") and tokens and tokens > MAMBA_TRACK_INTERVAL:
-            problems.append(
-                "mamba_strategy %s needs mamba_track_interval %d >= draft tokens %d; lower the block "
-                "size/budget" % (mamba, MAMBA_TRACK_INTERVAL, tokens)
-            )
+    c.res.mamba_strategy = mamba
+    if mamba is None:
+        return
+    flag = c.dialect.flag("mamba_strategy")
+    if flag is None:
+        c.refuse("SGLang %s has no mamba strategy flag; remove mamba_strategy" % c.version)
+    if (mamba == "no_buffer" and c.algo != "none" and flag == "--mamba-scheduler-strategy"
+            and "--disable-radix-cache" not in s.extra_args):
+        c.refuse("mamba_strategy no_buffer with speculative decoding and the radix cache raises on SGLang %s; use "
+                 "mamba_strategy extra_buffer or add --disable-radix-cache to extra_args" % c.version)
+    tokens = c.res.block_size
+    if mamba.startswith("extra_buffer") and tokens and tokens > MAMBA_TRACK_INTERVAL:
+        c.refuse("mamba_strategy %s needs mamba_track_interval %d >= draft tokens %d; lower the block size/budget"
+                 % (mamba, MAMBA_TRACK_INTERVAL, tokens))
 
-    # -- choices the parser enforces ------------------------------------------------
+
+def _check_choices(c: _Check) -> None:
+    s, mamba, mflag = c.spec, c.res.mamba_strategy, c.dialect.flag("mamba_strategy")
     for dest, value in (
-        ("tool_call_parser", tool_parser),
-        ("reasoning_parser", reasoning_parser),
-        ("attention_backend", spec.attention_backend),
-        ("speculative_draft_attention_backend", spec.speculative.draft_attention_backend),
-        ("kv_cache_dtype", spec.kv_cache_dtype),
-        ("mamba_radix_cache_strategy", mamba if dialect.flag("mamba_strategy") == "--mamba-radix-cache-strategy"
-         else None),
-        ("mamba_scheduler_strategy", mamba if dialect.flag("mamba_strategy") == "--mamba-scheduler-strategy"
-         else None),
+        ("tool_call_parser", c.res.tool_call_parser),
+        ("reasoning_parser", c.res.reasoning_parser),
+        ("attention_backend", s.attention_backend),
+        ("speculative_draft_attention_backend", s.speculative.draft_attention_backend),
+        ("kv_cache_dtype", s.kv_cache_dtype),
+        ("mamba_radix_cache_strategy", mamba if mflag == "--mamba-radix-cache-strategy" else None),
+        ("mamba_scheduler_strategy", mamba if mflag == "--mamba-scheduler-strategy" else None),
     ):
-        choices = dialect.choices.get(dest)
+        choices = c.dialect.choices.get(dest)
         if value is not None and choices and str(value) not in choices:
-            problems.append(
-                "%s %r is not accepted by SGLang %s; choose one of: %s" % (dest, value, version, ", ".join(choices))
-            )
+            c.refuse("%s %r is not accepted by SGLang %s; choose one of: %s"
+                     % (dest, value, c.version, ", ".join(choices)))
 
-    # -- extra_args, environment ----------------------------------------------------
-    for arg in spec.extra_args:
-        if not isinstance(arg, str) or any(c in arg for c in "\n\r\x00"):
-            problems.append("extra_args item %r contains a newline or NUL; pass one argument per item" % (arg,))
+
+def _check_graph_batch(c: _Check) -> None:
+    """Render max_running_requests and the CUDA graph batch size together: batches above the graph size
+    run without CUDA graphs (DFLASH otherwise resolves 48 running requests)."""
+    running, graph = c.spec.max_running_requests, c.spec.cuda_graph_max_bs
+    if running is not None and graph is not None and running != graph:
+        c.refuse("max_running_requests %d and cuda_graph_max_bs %d disagree: batches %d-%d would run without "
+                 "CUDA graphs (or graphs are captured for batches that never run); set both to the same value, "
+                 "or set one and the module renders the other" % (running, graph, min(running, graph) + 1,
+                                                                  max(running, graph)))
+    c.res.max_running_requests = running if running is not None else graph
+    c.res.cuda_graph_max_bs = graph if graph is not None else running
+
+
+def _fit_input(c: _Check, **changes) -> fitmod.FitInput:
+    s, t = c.spec, c.target
+    draft = c.draft if (c.draft is not None and c.draft.dflash is not None and c.algo != "none") else None
+    inp = fitmod.FitInput(
+        gpu_memory_gib=c.res.gpu_memory_gib, mem_fraction_static=s.mem_fraction_static, tp=max(s.tp, 1),
+        pp=max(s.pp, 1), context_length=s.context_length or t.max_position_embeddings or 0,
+        kv_cache_dtype=s.kv_cache_dtype, target=t, draft=draft)
+    return fitmod.with_changes(inp, **changes) if changes else inp
+
+
+def _memory_ready(c: _Check) -> bool:
+    """Whether the fit arithmetic can run (weights known, GPU memory known)."""
+    t = c.target
+    if t is None or not 0.0 < c.spec.mem_fraction_static < 1.0 or c.spec.tp < 1 or c.spec.pp < 1:
+        return False
+    if t.weight_bytes is None:
+        c.warn("weight size of %s unknown (no model.safetensors.index.json, no *.safetensors); memory per GPU "
+               "and the KV cache not checked" % t.path)
+        return False
+    if c.res.gpu_memory_gib is None:
+        c.refuse("gpu_memory_gib is not set and nvidia-smi found no GPU; set gpu_memory_gib to the memory of one "
+                 "GPU in GiB (e.g. 96 for an RTX PRO 6000) so the weights-per-GPU check can run")
+        return False
+    return True
+
+
+def _usable_text(c: _Check, fit: fitmod.Fit) -> str:
+    return "%s usable per GPU (%s GiB - %s GiB runtime reserve, x mem_fraction_static %s)" % (
+        _fmt_gb(fit.usable_gb * GB), _fmt_num(c.res.gpu_memory_gib), _fmt_num(fitmod.RUNTIME_RESERVE_GIB),
+        _fmt_num(c.spec.mem_fraction_static))
+
+
+def _weights_text(fit: fitmod.Fit) -> str:
+    parts = "%.1f GB sharded + %.1f GB replicated on every rank" % (fit.weights_gb, fit.replicated_gb)
+    if fit.draft_gb:
+        parts += " + %.1f GB drafter" % fit.draft_gb
+    return "weights %.1f GB per GPU (%s)" % (fit.weights_total_gb, parts)
+
+
+def _larger_tp_fix(c: _Check) -> str:
+    heads = c.target.num_attention_heads or 0
+    limit = max(c.spec.gpu_count or len(c.detected), 8)
+    for tp in range(c.spec.tp + 1, limit + 1):
+        if heads and heads % tp:
+            continue
+        fit = fitmod.compute(_fit_input(c, tp=tp))
+        if fit.pool_tokens >= fit.context_length:
+            return "use tp %d (%.1f GB per GPU)" % (tp, fit.weights_total_gb)
+    weights_only = fitmod.fraction_for(_fit_input(c), 0)
+    if weights_only < 0.95:
+        return ("raise mem_fraction_static above %.2f for the weights alone and higher still for the KV cache "
+                "(0.85 is Kimi-K2.6's field ceiling), or use more/larger GPUs" % weights_only)
+    return "it does not fit even on %d GPUs: use more/larger GPUs or a smaller (quantized) checkpoint" % limit
+
+
+def _check_memory(c: _Check) -> None:
+    """Weights per GPU, including what every rank holds in full, against the usable memory."""
+    if not _memory_ready(c):
+        return
+    fit = fitmod.compute(_fit_input(c))
+    c.res.fit = fit.as_dict()
+    if fit.weights_total_gb < fit.usable_gb:
+        return
+    split = "tp %d" % c.spec.tp if c.spec.pp == 1 else "tp %d x pp %d" % (c.spec.tp, c.spec.pp)
+    c.refuse("%s at %s > %s, leaving no KV cache (0 tokens for a %d-token context_length request); %s"
+             % (_weights_text(fit), split, _usable_text(c, fit), fit.context_length, _larger_tp_fix(c)))
+
+
+def _kv_fixes(c: _Check, fit: fitmod.Fit, wanted: int) -> str:
+    """The three ways out, with their numbers."""
+    requests = max(wanted // max(fit.context_length, 1), 1)
+    fixes = ["context_length <= %d" % (fit.pool_tokens // requests // 1024 * 1024)]
+    if fitmod.kv_dtype_bytes(c.spec.kv_cache_dtype) > 1:
+        fp8 = fitmod.compute(_fit_input(c, kv_cache_dtype=fitmod.FP8_KV))
+        fixes.append("kv_cache_dtype %s (%d tokens)" % (fitmod.FP8_KV, fp8.pool_tokens))
+    fraction = fitmod.fraction_for(_fit_input(c), wanted)
+    if fraction < 1.0:
+        fixes.append("mem_fraction_static %.2f (%s; Kimi-K2.6 ran out of memory at 0.90 in the field)"
+                     % (fraction + 0.005, "if the GPUs have that headroom"))
+    return ", or ".join(fixes)
+
+
+def _check_kv_cache(c: _Check) -> None:
+    """The KV pool must hold one full context_length request; warn below min_concurrent_requests of them."""
+    if c.res.fit is None or any(p.startswith("weights ") for p in c.problems):
+        return
+    fit = fitmod.compute(_fit_input(c))
+    head = ("KV cache: %s leaves %.1f GB per GPU for the KV pool after %s; at %d bytes per token (target %d + "
+            "drafter %d, kv_cache_dtype %s) it holds %d tokens"
+            % (_usable_text(c, fit), fit.kv_pool_gb, _weights_text(fit), fit.kv_bytes_per_token
+               + fit.draft_kv_bytes_per_token, fit.kv_bytes_per_token, fit.draft_kv_bytes_per_token,
+               fit.kv_cache_dtype, fit.pool_tokens))
+    if fit.pool_tokens < fit.context_length:
+        c.refuse("%s, fewer than one request of context_length %d (SGLang stops with 'Not enough memory' or "
+                 "truncates); fix with %s" % (head, fit.context_length, _kv_fixes(c, fit, fit.context_length)))
+    elif fit.concurrent_requests < c.spec.min_concurrent_requests:
+        wanted = c.spec.min_concurrent_requests * fit.context_length
+        c.warn("%s = %.1f concurrent full-length requests of context_length %d, fewer than min_concurrent_requests "
+               "%d; more with %s" % (head, fit.concurrent_requests, fit.context_length,
+                                     c.spec.min_concurrent_requests, _kv_fixes(c, fit, wanted)))
+
+
+def _check_extra_args(c: _Check) -> None:
+    s = c.spec
+    for arg in s.extra_args:
+        if not isinstance(arg, str) or has_control(arg):
+            c.refuse("extra_args item %r contains a newline, NUL or other control character; pass one argument "
+                     "per item" % (TOKEN_VALUE_RE.sub("<redacted>", str(arg)),))
             continue
         option = arg.split("=", 1)[0]
         if option in MANAGED_FLAGS:
-            problems.append(
-                "extra_args sets %s, which the spec renders from option %s; set that option instead"
-                % (option, MANAGED_FLAGS[option])
-            )
+            c.refuse("extra_args sets %s, which the spec renders from option %s; set that option instead"
+                     % (option, MANAGED_FLAGS[option]))
         if TOKEN_VALUE_RE.search(arg):
-            problems.append("extra_args contains what looks like a Hugging Face token; the service runs "
-                            "offline from local paths and needs none: remove it")
-    unknown = unknown_options(dialect, spec.extra_args)
+            c.refuse("extra_args contains what looks like a Hugging Face token; the service runs offline from "
+                     "local paths and needs none: remove it")
+    if ";" in s.extra_args:
+        c.refuse("extra_args has a lone ';', which systemd reads as a command separator; remove it")
+    unknown = unknown_options(c.dialect, s.extra_args)
     if unknown:
-        problems.append(
-            "extra_args %s: unknown to SGLang %s's parser (typo, or a flag renamed between versions, "
-            "e.g. 0.5.11 --cuda-graph-max-bs -> 0.5.23 --cuda-graph-max-bs-decode); fix the flag names"
-            % (", ".join(unknown), version)
-        )
-    for key, value in (spec.environment or {}).items():
+        c.refuse("extra_args %s: unknown to SGLang %s's parser (typo, or a flag renamed between versions, e.g. "
+                 "0.5.11 --cuda-graph-max-bs -> 0.5.23 --cuda-graph-max-bs-decode); fix the flag names"
+                 % (", ".join(unknown), c.version))
+
+
+def _check_environment(c: _Check) -> None:
+    for key, value in (c.spec.environment or {}).items():
         text = "" if value is None else str(value)
         if not ENV_NAME_RE.match(str(key)):
-            problems.append("environment name %r is not a valid variable name" % (key,))
+            c.refuse("environment name %r is not a valid variable name" % (TOKEN_VALUE_RE.sub("<redacted>", str(key)),))
         elif key in SECRET_ENV_NAMES or SECRET_ENV_RE.search(str(key)):
-            problems.append(
-                "environment %s looks like a secret; the SGLang service runs with HF_HUB_OFFLINE=1 from "
-                "local paths and needs no token: remove it" % key
-            )
+            c.refuse("environment %s looks like a secret; the SGLang service runs with HF_HUB_OFFLINE=1 from local "
+                     "paths and needs no token, and the API key goes through api_key: remove it" % key)
         elif key in FIXED_ENV:
-            problems.append("environment %s is fixed to %s by the module (offline service); remove it"
-                            % (key, FIXED_ENV[key]))
+            c.refuse("environment %s is fixed to %s by the module (offline service); remove it" % (key, FIXED_ENV[key]))
         elif key in MANAGED_ENV:
-            problems.append("environment %s is written by the module from %s; set that instead"
-                            % (key, MANAGED_ENV[key]))
-        if any(c in text for c in "\n\r\x00"):
-            problems.append("environment %s has a newline or NUL in its value; use a single line" % key)
+            c.refuse("environment %s is written by the module from %s; set that instead" % (key, MANAGED_ENV[key]))
+        if has_control(text):
+            c.refuse("environment %s has a newline or other control character in its value; use a single line"
+                     % TOKEN_VALUE_RE.sub("<redacted>", str(key)))
         if TOKEN_VALUE_RE.search(text):
-            problems.append("environment %s holds what looks like a Hugging Face token; remove it "
-                            "(the service needs none)" % key)
+            c.refuse("environment %s holds what looks like a Hugging Face token; remove it (the service needs none)"
+                     % key)
 
-    # -- other instances on this host -------------------------------------------------
-    my_ports = {p for p in (spec.port, spec.nccl_port) if p is not None}
-    for peer in peers:
-        if peer.get("name") == spec.name:
+
+def _check_peers(c: _Check) -> None:
+    s = c.spec
+    my_ports = {p for p in (s.port, s.nccl_port) if p is not None}
+    for peer in c.peers:
+        if peer.get("name") == s.name:
             continue
         where = peer.get("source") or "other_instances"
         clash = sorted(my_ports & {p for p in (peer.get("port"), peer.get("nccl_port")) if p is not None})
         if clash:
-            problems.append(
-                "port %s is already used by instance %r (%s); give each instance its own port and nccl_port"
-                % (", ".join(str(p) for p in clash), peer.get("name"), where)
-            )
-        shared = sorted(set(gpus) & set(peer.get("gpus") or []))
+            c.refuse("port %s is already used by instance %r (%s); give each instance its own port and nccl_port"
+                     % (", ".join(str(p) for p in clash), peer.get("name"), where))
+        shared = sorted(set(c.res.gpus) & set(peer.get("gpus") or []))
         if shared:
-            problems.append(
-                "GPUs %s are already assigned to instance %r (%s); give each instance a disjoint gpus list"
-                % (", ".join(str(g) for g in shared), peer.get("name"), where)
-            )
+            c.refuse("GPUs %s are already assigned to instance %r (%s); give each instance a disjoint gpus list"
+                     % (", ".join(str(g) for g in shared), peer.get("name"), where))
 
-    for label in ("limit_nofile", "limit_memlock"):
-        value = str(getattr(spec, label))
-        if not LIMIT_RE.match(value):
-            problems.append("%s %r is not a systemd resource limit; use a number, infinity or soft:hard "
-                            "(e.g. 1048576, or 20000 where root lacks CAP_SYS_RESOURCE)" % (label, value))
-    for label in ("target", "draft", "python", "served_model_name", "host"):
-        value = getattr(spec, label)
-        if value is not None and any(ord(c) < 32 for c in str(value)):
-            problems.append("%s contains a control character (newline, tab...); systemd command lines "
-                            "cannot carry it: fix the value" % label)
-    if ";" in spec.extra_args:
-        problems.append("extra_args has a lone ';', which systemd reads as a command separator; remove it")
-    if spec.numa_node is not None and spec.numa_node < 0:
-        problems.append("numa_node %d must be >= 0" % spec.numa_node)
-    for path in spec.read_write_paths:
-        if not path.startswith("/") or any(c in path for c in " \"'\\\n"):
-            problems.append("read_write_paths entry %r must be an absolute path without spaces or quotes" % path)
 
-    if problems:
-        raise SpecError(problems)
-    return Resolved(
-        gpus=gpus,
-        block_size=block_size,
-        ddtree_budget=budget,
-        ddtree_dialect=ddtree_dialect,
-        trust_remote_code=trust,
-        tool_call_parser=tool_parser,
-        reasoning_parser=reasoning_parser,
-        mamba_strategy=mamba,
-        gpu_memory_gib=gpu_mem,
-        warnings=warnings,
-    )
+def _check_exposure(c: _Check) -> None:
+    """Beyond loopback the endpoint needs an API key (delivered in a secret file, never in argv)."""
+    s = c.spec
+    c.res.api_key = bool(s.api_key) if s.api_key is not None else not s.loopback
+    if not s.loopback and s.api_key is False:
+        c.refuse("host %s listens beyond loopback but api_key is false; an endpoint reachable from the network "
+                 "needs an API key: set api_key true (the role writes it to %s) or host 127.0.0.1"
+                 % (s.host, s.secret_path))
+
+
+RULES = (
+    _check_identity, _check_text_fields, _check_ranges, _check_gpu_list, _check_gpu_count, _check_numa,
+    _check_gpu_memory, _check_target, _check_parsers, _check_no_speculative, _check_algorithm_support,
+    _check_pr29907_base, _check_speculative_basics, _check_ddtree_budget, _check_grammar, _check_mamba,
+    _check_choices, _check_graph_batch, _check_memory, _check_kv_cache, _check_extra_args, _check_environment,
+    _check_peers, _check_exposure,
+)
 
 
 def redact_params(params: Dict[str, Any]) -> None:
@@ -695,50 +992,6 @@ def redact_params(params: Dict[str, Any]) -> None:
     if isinstance(args, list):
         params["extra_args"] = [TOKEN_VALUE_RE.sub("<redacted>", str(a)) for a in args]
 
-
-def _check_memory(spec, target, draft, gpu_mem, gpu_count, problems, warnings):
-    if target.weight_bytes is None:
-        warnings.append("weight size of %s unknown (no model.safetensors.index.json, no *.safetensors); "
-                        "memory per GPU not checked" % target.path)
-        return
-    if gpu_mem is None:
-        problems.append(
-            "gpu_memory_gib is not set and nvidia-smi found no GPU; set gpu_memory_gib to the memory "
-            "of one GPU in GiB (e.g. 96 for an RTX PRO 6000) so the weights-per-GPU check can run"
-        )
-        return
-    shards = max(spec.tp, 1) * max(spec.pp, 1)
-    draft_bytes = 0
-    if draft is not None and draft.weight_bytes and draft.dflash is not None and spec.algorithm != "none":
-        draft_bytes = draft.weight_bytes
-    total = target.weight_bytes + draft_bytes
-    per_gpu = total / float(shards)
-    usable = gpu_mem * GIB * spec.mem_fraction_static
-    if per_gpu <= usable:
-        return
-    if draft_bytes:
-        weights = "weights %s (target %s + draft %s)" % (
-            _fmt_gb(total), _fmt_gb(target.weight_bytes), _fmt_gb(draft_bytes))
-    else:
-        weights = "weights %s" % _fmt_gb(total)
-    split = "tp %d" % spec.tp if spec.pp == 1 else "tp %d x pp %d" % (spec.tp, spec.pp)
-    heads = target.num_attention_heads or 0
-    limit = max(gpu_count, 8)
-    fix = None
-    for tp in range(spec.tp + 1, limit + 1):
-        if heads and heads % tp:
-            continue
-        if total / float(tp * max(spec.pp, 1)) <= usable:
-            fix = "use tp %d (%s per GPU)" % (tp, _fmt_gb(total / float(tp * max(spec.pp, 1))))
-            break
-    if fix is None:
-        fix = ("it does not fit even on %d GPUs: use more/larger GPUs or a smaller (quantized) checkpoint"
-               % limit)
-    problems.append(
-        "%s / %s = %s per GPU > %s usable per GPU (%s GiB x mem_fraction_static %s = %s GiB); %s"
-        % (weights, split, _fmt_gb(per_gpu), _fmt_gb(usable), _fmt_num(gpu_mem),
-           _fmt_num(spec.mem_fraction_static), _fmt_num(gpu_mem * spec.mem_fraction_static), fix)
-    )
 
 
 def _check_draft(spec, target, draft, problems, warnings) -> Optional[int]:
@@ -821,8 +1074,9 @@ def render_argv(spec: Spec, dialect: Dialect, resolved: Resolved) -> List[str]:
     if algo != "none":
         _add(argv, flag("draft_model_path"), spec.draft)
         if algo == "ddtree" and resolved.ddtree_dialect == "fork":
+            # The fork reads num_draft_tokens as the block size; its tree budget is that minus one.
             _add(argv, flag("ddtree_enable"))
-            _add(argv, flag("num_draft_tokens"), resolved.ddtree_budget)
+            _add(argv, flag("num_draft_tokens"), resolved.ddtree_budget + 1)
         else:
             _add(argv, flag("num_draft_tokens"), resolved.block_size)
         if algo == "ddtree" and resolved.ddtree_dialect == "pr29907":
@@ -846,16 +1100,18 @@ def render_argv(spec: Spec, dialect: Dialect, resolved: Resolved) -> List[str]:
         _add(argv, flag("kv_cache_dtype"), spec.kv_cache_dtype)
     if spec.chunked_prefill_size is not None:
         _add(argv, flag("chunked_prefill_size"), spec.chunked_prefill_size)
-    if spec.max_running_requests is not None:
-        _add(argv, flag("max_running_requests"), spec.max_running_requests)
-    if spec.cuda_graph_max_bs is not None:
-        _add(argv, flag("cuda_graph_max_bs"), spec.cuda_graph_max_bs)
+    if resolved.max_running_requests is not None:
+        _add(argv, flag("max_running_requests"), resolved.max_running_requests)
+        _add(argv, flag("cuda_graph_max_bs"), resolved.cuda_graph_max_bs)
     if spec.enable_metrics:
         _add(argv, flag("enable_metrics"))
     _add(argv, flag("host"), spec.host)
     _add(argv, flag("port"), spec.port)
     if spec.nccl_port is not None:
         _add(argv, flag("nccl_port"), spec.nccl_port)
+    if resolved.api_key:
+        # SGLang reads the key from --api-key or from a --config YAML; the path keeps the key out of argv.
+        _add(argv, "--config", spec.secret_path)
     argv.extend(spec.extra_args)
     return argv
 
@@ -872,10 +1128,7 @@ def expected_server_info(spec: Spec, resolved: Resolved) -> Dict[str, Any]:
     else:
         expected["speculative_algorithm"] = "DFLASH"
     expected["speculative_draft_model_path"] = spec.draft
-    if algo == "ddtree" and resolved.ddtree_dialect == "fork":
-        expected["speculative_num_draft_tokens"] = resolved.ddtree_budget
-    else:
-        expected["speculative_num_draft_tokens"] = resolved.block_size
+    expected["speculative_num_draft_tokens"] = resolved.block_size
     return expected
 
 

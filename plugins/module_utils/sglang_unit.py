@@ -1,18 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
-"""systemd unit rendering, verification and atomic install for sglang_service.
+# SPDX-License-Identifier: Apache-2.0
+"""systemd unit and environment-file rendering and verification for sglang_service.
 
 PRIVATE to the collection. One instance NAME gets
 
 * ``UNIT_DIR/sglang@NAME.service`` -- an instance of the ``sglang@`` template
   name (``%i`` = NAME), fully rendered so ``systemctl cat`` shows exactly what
   runs;
-* ``ENV_DIR/NAME.env`` -- its EnvironmentFile: CUDA_VISIBLE_DEVICES, NUMA node,
-  offline switches, the caller's environment, and the CT200_SGLANG_* keys the
-  module reads back to keep ports and GPU sets disjoint across instances;
-* ``ENV_DIR/wait-healthy.py`` -- the ExecStartPost readiness poll (stdlib only,
-  run by the SGLang venv's interpreter), shared by all instances.
+* ``ENV_DIR/NAME.env`` -- its EnvironmentFile: PATH (the venv's bin/ first, for
+  the JIT's ninja), CUDA_HOME (nvcc), CUDA_VISIBLE_DEVICES, NUMA node, offline
+  switches, the caller's environment, and the CT200_SGLANG_* keys the module
+  reads back to keep ports and GPU sets disjoint across instances.
+
+This module only renders and verifies; the role installs the files
+(``ansible.builtin.copy`` with ``validate=``). Reading what is on disk never
+follows a symlink.
 
 ExecStart arguments are always double-quoted with systemd's rules
 (systemd.service(5) "Command lines"): backslash and double quote are escaped,
@@ -23,49 +26,22 @@ spaces or quotes therefore stays one argument and cannot inject anything.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import shutil
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
 
 Runner = Callable[[List[str]], Tuple[int, str, str]]
 
 UNIT_HEADER = "# Managed by Ansible (ct200.deploy.sglang_service); local edits are overwritten."
-WAIT_SCRIPT_NAME = "wait-healthy.py"
 STATE_DIR = "/var/lib/sglang"
 CACHE_DIR = "/var/cache/sglang"
-
-WAIT_HEALTHY_SCRIPT = '''#!/usr/bin/env python3
-# Managed by Ansible (ct200.deploy.sglang_service).
-# ExecStartPost readiness poll: exit 0 once URL answers 200; exit 1 at the
-# deadline or as soon as the main process is gone (systemd would otherwise keep
-# the unit "activating" until this poll times out, e.g. 40 min after a crash).
-# Usage: wait-healthy.py URL TIMEOUT_SECONDS
-import os
-import sys
-import time
-import urllib.request
-
-url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
-main_pid = int(os.environ.get("MAINPID") or 0)  # set by systemd for ExecStartPost
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # local endpoint: never a proxy
-last = "no answer yet"
-while time.monotonic() < deadline:
-    if main_pid and not os.path.exists("/proc/%d" % main_pid):
-        print("main process %d exited before %s became healthy" % (main_pid, url), file=sys.stderr, flush=True)
-        sys.exit(1)
-    try:
-        with opener.open(url, timeout=30) as answer:
-            if answer.status == 200:
-                print("healthy: %s answered 200" % url, flush=True)
-                sys.exit(0)
-            last = "HTTP %s" % answer.status
-    except Exception as exc:  # refused while loading, 503 while warming up
-        last = str(exc)
-    time.sleep(2)
-print("not healthy after %s s: %s (last: %s)" % (sys.argv[2], url, last), file=sys.stderr, flush=True)
-sys.exit(1)
-'''
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+READ_LIMIT = 1 << 20  # a unit or env file larger than this is not ours
 
 
 class UnitError(Exception):
@@ -130,20 +106,66 @@ def health_url(host: str, port: int, path: str) -> str:
     return "http://%s:%d%s" % (host, port, path)
 
 
+# Hardening (systemd-analyze security <= 4.5 is a test). What is NOT set, and why:
+# * PrivateDevices=yes would hide /dev/nvidia*; instead DevicePolicy=closed + DeviceAllow= lists the NVIDIA
+#   character devices (frontend = /dev/nvidia0..N + nvidiactl, uvm, modeset, caps for MIG).
+# * MemoryDenyWriteExecute=yes breaks ctypes/libffi callbacks and the CUDA/Triton JIT loaders, which need
+#   writable+executable mappings.
+# * ProcSubset=pid hides /proc/meminfo and /proc/cpuinfo, which torch and psutil (SGLang's memory checks) read.
+# * PrivateUsers=yes remaps the service user and group in a user namespace; GPU device nodes, /dev/shm
+#   segments shared between the TP ranks and the model files would then be owned by "nobody".
+# * PrivateNetwork=yes / IPAddressDeny= would cut the served endpoint and the NCCL rendezvous.
+# * SystemCallFilter keeps @system-service (which holds @ipc shm*/memfd for NCCL's shared-memory transport,
+#   @resources mbind/set_mempolicy/sched_setaffinity for NUMA binding, @process clone3/pidfd_open) plus
+#   pidfd_getfd (torch's expandable-segments IPC between ranks); @debug (ptrace, perf_event_open) stays out:
+#   CUDA IPC and NCCL exchange handles over unix sockets, not by tracing.
+# * RestrictAddressFamilies keeps AF_NETLINK: NCCL and torch enumerate interfaces with netlink (getifaddrs).
+# * ProtectHome=read-only rather than yes: model directories below /home stay readable.
+HARDENING = [
+    "NoNewPrivileges=yes",
+    "CapabilityBoundingSet=",
+    "AmbientCapabilities=",
+    "PrivateTmp=yes",
+    "ProtectSystem=strict",
+    "ProtectHome=read-only",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "ProtectProc=invisible",
+    "DevicePolicy=closed",
+    "DeviceAllow=char-nvidia-frontend rw",
+    "DeviceAllow=char-nvidia-uvm rw",
+    "DeviceAllow=char-nvidia-modeset rw",
+    "DeviceAllow=char-nvidia-caps rw",
+    "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK",
+    "RestrictNamespaces=yes",
+    "RestrictRealtime=yes",
+    "RestrictSUIDSGID=yes",
+    "LockPersonality=yes",
+    "RemoveIPC=yes",
+    "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service pidfd_getfd",
+    "SystemCallErrorNumber=EPERM",
+    "UMask=0027",
+]
+
+
+def _numa(spec, argv: Sequence[str], numactl: Optional[str]) -> Tuple[List[str], List[str]]:
+    """(ExecStart argv, extra [Service] lines) for the NUMA binding."""
+    if spec.numa_node is None:
+        return list(argv), []
+    if numactl:
+        return [numactl, "--cpunodebind=%d" % spec.numa_node, "--membind=%d" % spec.numa_node] + list(argv), []
+    return list(argv), ["NUMAPolicy=bind", "NUMAMask=%d" % spec.numa_node, "CPUAffinity=numa"]
+
+
 def render_unit(spec, argv: Sequence[str], numactl: Optional[str] = None) -> str:
     """The unit text for ``sglang@NAME.service``."""
-    exec_argv = list(argv)
-    numa_lines: List[str] = []
-    if spec.numa_node is not None:
-        if numactl:
-            exec_argv = [numactl, "--cpunodebind=%d" % spec.numa_node, "--membind=%d" % spec.numa_node] + exec_argv
-        else:
-            numa_lines = ["NUMAPolicy=bind", "NUMAMask=%d" % spec.numa_node, "CPUAffinity=numa"]
+    exec_argv, numa_lines = _numa(spec, argv, numactl)
     group = spec.service_group or spec.service_user
-    env_file = os.path.join(spec.env_dir, "%i.env")
-    wait = [spec.python, os.path.join(spec.env_dir, WAIT_SCRIPT_NAME),
-            health_url(spec.host, spec.port, spec.health_path), str(spec.start_timeout)]
-    rw_paths = " ".join(systemd_quote(p) for p in spec.read_write_paths)
     lines = [
         UNIT_HEADER,
         "# Instance %s of the sglang@ template name; model %s." % (spec.name, _comment(spec.target)),
@@ -158,16 +180,15 @@ def render_unit(spec, argv: Sequence[str], numactl: Optional[str] = None) -> str
         "StartLimitBurst=%d" % spec.start_limit_burst,
         "",
         "[Service]",
-        # SGLang has no sd_notify; readiness comes from ExecStartPost.
+        # SGLang has no sd_notify; the role waits for the health endpoint.
         "Type=exec",
         "User=%s" % spec.service_user,
         "Group=%s" % group,
-        "EnvironmentFile=%s" % env_file,
+        "EnvironmentFile=%s" % env_path(spec).replace("%", "%%"),
         "WorkingDirectory=%s" % STATE_DIR,
         "StateDirectory=sglang",
         "CacheDirectory=sglang",
         "ExecStart=%s" % command_line(exec_argv),
-        "ExecStartPost=%s" % command_line(wait),
         "TimeoutStartSec=%d" % spec.start_timeout,
         # SIGTERM to the launcher (it drives the scheduler shutdown), SIGKILL the rest.
         "KillMode=mixed",
@@ -177,37 +198,36 @@ def render_unit(spec, argv: Sequence[str], numactl: Optional[str] = None) -> str
         "LimitNOFILE=%s" % spec.limit_nofile,
         "LimitMEMLOCK=%s" % spec.limit_memlock,
         "SyslogIdentifier=sglang-%i",
-    ] + numa_lines + [
-        # Hardening. No PrivateDevices/ProtectClock/DeviceAllow: they would close /dev/nvidia*.
-        "NoNewPrivileges=yes",
-        "PrivateTmp=yes",
-        "ProtectSystem=strict",
-        "ProtectHome=read-only",
-        "ProtectKernelTunables=yes",
-        "ProtectKernelModules=yes",
-        "ProtectKernelLogs=yes",
-        "ProtectControlGroups=yes",
-        "RestrictSUIDSGID=yes",
-        "RestrictRealtime=yes",
-        "RestrictNamespaces=yes",
-        "LockPersonality=yes",
-        "SystemCallArchitectures=native",
-        "UMask=0027",
-    ]
-    if rw_paths:
-        lines.append("ReadWritePaths=%s" % rw_paths)
+    ] + numa_lines + HARDENING
+    if spec.read_write_paths:
+        lines.append("ReadWritePaths=%s" % " ".join(systemd_quote(p) for p in spec.read_write_paths))
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     return "\n".join(lines)
 
 
 def _comment(text: Optional[str]) -> str:
-    return re.sub(r"[\x00-\x1f]", "?", str(text))
+    return re.sub(r"[\x00-\x1f\x7f]", "?", str(text))
+
+
+def unit_path(spec) -> str:
+    return os.path.join(spec.unit_dir, spec.unit_name)
+
+
+def env_path(spec) -> str:
+    return os.path.join(spec.env_dir, "%s.env" % spec.name)
+
+
+def service_path(spec) -> str:
+    """PATH for the service: the venv's bin/ first (SGLang's JIT runs a bare ``ninja``), then CUDA's bin/."""
+    return "%s:%s:%s" % (os.path.dirname(spec.python), os.path.join(spec.cuda_home, "bin"), SYSTEM_PATH)
 
 
 def render_env(spec, gpus: Sequence[int], fixed_env: Dict[str, str]) -> str:
-    """The instance EnvironmentFile text."""
+    """The instance EnvironmentFile text (no secret: the API key, if any, is in its own file)."""
     lines = [UNIT_HEADER, "# Instance %s. No token: the service runs offline from local paths." % spec.name]
     values: List[Tuple[str, Any]] = [
+        ("PATH", service_path(spec)),
+        ("CUDA_HOME", spec.cuda_home),
         ("CUDA_VISIBLE_DEVICES", ",".join(str(g) for g in gpus)),
         ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
     ]
@@ -224,8 +244,36 @@ def render_env(spec, gpus: Sequence[int], fixed_env: Dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class NotOurs(Exception):
+    """A path that exists but is a symlink or not a regular file (never read through)."""
+
+
+def read_existing(path: str) -> Optional[str]:
+    """The text at ``path`` (None when absent); NotOurs for a symlink or a non-regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotOurs("%s is a symlink" % path)
+        raise
+    try:
+        if not _is_regular(fd):
+            raise NotOurs("%s is not a regular file" % path)
+        data = os.read(fd, READ_LIMIT + 1)
+    finally:
+        os.close(fd)
+    return data[:READ_LIMIT].decode("utf-8", "replace")
+
+
+def _is_regular(fd: int) -> bool:
+    import stat
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
 def read_peers(env_dir: str, exclude: str) -> List[Dict[str, Any]]:
-    """Other instances on this host, from their env files."""
+    """Other instances on this host, from their env files (symlinks and odd files are skipped)."""
     peers = []
     try:
         names = sorted(os.listdir(env_dir))
@@ -236,9 +284,8 @@ def read_peers(env_dir: str, exclude: str) -> List[Dict[str, Any]]:
             continue
         path = os.path.join(env_dir, fname)
         try:
-            with open(path, "r", encoding="utf-8") as handle:
-                env = parse_env_file(handle.read())
-        except OSError:
+            env = parse_env_file(read_existing(path) or "")
+        except (OSError, NotOurs):
             continue
         if "CT200_SGLANG_PORT" not in env:
             continue
@@ -252,56 +299,42 @@ def read_peers(env_dir: str, exclude: str) -> List[Dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------
-# Verification and install
-def verify_unit(run: Runner, unit_name: str, text: str, workdir: Optional[str] = None,
-                systemd_analyze: str = "systemd-analyze") -> List[str]:
+# Verification
+def analyze(run: Runner, unit_name: str, text: str, args: Sequence[str],
+            systemd_analyze: str = "systemd-analyze") -> Tuple[int, str, str, str]:
+    """Run ``systemd-analyze ARGS... FILE`` on ``text`` saved as ``unit_name`` in a private temp dir.
+
+    Returns (rc, stdout, stderr, tempdir prefix to strip from messages).
+    """
+    tmp = tempfile.mkdtemp(prefix="ct200-verify-")
+    try:
+        path = os.path.join(tmp, unit_name)
+        atomic_write(path, text, mode=0o644)
+        rc, out, err = run([systemd_analyze] + list(args) + [path])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rc, out, err, tmp + os.sep
+
+
+def verify_unit(run: Runner, unit_name: str, text: str, systemd_analyze: str = "systemd-analyze") -> List[str]:
     """``systemd-analyze verify`` the text as ``unit_name``; return problem lines (empty = clean).
 
     Warnings exit 0 (test-hosts.md section 8), so any output line counts as a
     problem, except the "is marked executable" note a temp file can trigger.
     """
-    tmp = tempfile.mkdtemp(prefix="ct200-verify-", dir=workdir)
-    path = os.path.join(tmp, unit_name)
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(path, 0o644)
-        rc, out, err = run([systemd_analyze, "verify", path])
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
-        os.rmdir(tmp)
+    rc, out, err, prefix = analyze(run, unit_name, text, ["verify"], systemd_analyze)
     lines = [line for line in (out + "\n" + err).splitlines()
              if line.strip() and "is marked executable" not in line]
     if rc != 0 and not lines:
         lines = ["systemd-analyze verify exited %d" % rc]
-    return [line.replace(tmp + os.sep, "") for line in lines]
+    return [line.replace(prefix, "") for line in lines]
 
 
-def read_text(path: str) -> Optional[str]:
-    try:
-        with open(path, "r", encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def write_atomic(path: str, content: str, mode: int,
-                 atomic_move: Optional[Callable[[str, str], None]] = None) -> None:
-    """Write via a temp file in the destination directory, then rename into place."""
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if atomic_move is not None:
-            atomic_move(tmp, path)  # keeps SELinux context; may reset the mode
-        else:
-            os.replace(tmp, path)
-        os.chmod(path, mode)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def security_score(run: Runner, unit_name: str, text: str, systemd_analyze: str = "systemd-analyze") -> float:
+    """``systemd-analyze security --offline=true`` exposure score of the text (0 best, 10 worst)."""
+    rc, out, err, _prefix = analyze(run, unit_name, text, ["security", "--offline=true", "--no-pager"],
+                                    systemd_analyze)
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out + err)
+    if not match:
+        raise UnitError("systemd-analyze security printed no exposure level (rc %s): %s" % (rc, (err or out)[-400:]))
+    return float(match.group(1))

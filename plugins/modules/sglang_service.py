@@ -1,58 +1,65 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: sglang_service
-short_description: Run an SGLang DFlash/DDTree instance as a systemd unit that is validated before it is written
+short_description: Plan, render and verify an SGLang DFlash/DDTree instance (unit and environment file)
 version_added: "0.1.0"
 description:
   - Introspects the local target and drafter (C(config.json), nested C(text_config), safetensors index),
     detects the flag dialect of the SGLang installed at O(python) (its own parser, cached per venv) or uses
     the built-in table for O(sglang_version), validates the deployment spec and only then renders the SGLang
-    command line and the unit C(sglang@NAME.service) with its EnvironmentFile C(ENV_DIR/NAME.env).
-  - Refusals name the numbers and the fix, e.g. weights per GPU against GPU memory x O(mem_fraction_static)
-    (Kimi-K2.6 at tp 4 on 96 GiB GPUs), tp against GPU count and attention heads, a DDTree budget above
-    block_size-1 on a hybrid (recurrent/linear-attention) target, a drafter that is not DFlash or does not
-    match, PP with DFLASH, ports or GPUs shared with another instance on the host, flags the installed
-    SGLang does not know, secrets in O(environment). A refused spec writes nothing.
-  - The unit is checked with C(systemd-analyze verify) (any warning fails) before it is moved into place
-    atomically. daemon-reload and restart happen only when something changed.
-  - With O(state=started) the module starts or restarts the unit, waits until it is active (the unit's
-    ExecStartPost polls the health endpoint), then reads C(/server_info) and fails unless it reports the
-    expected speculative algorithm, draft path and draft-token count; failures carry the last journal lines.
+    command line, the unit C(sglang@NAME.service) and its EnvironmentFile C(ENV_DIR/NAME.env).
+  - Refusals name the numbers and the fix, e.g. weights per GPU (including what every TP rank holds in full)
+    and the KV cache pool against O(context_length) (Kimi-K2.6 at tp 8 with context 262144), tp against the
+    host's GPUs (O(gpu_count)) and attention heads, a DDTree budget above block_size-1 on a hybrid target,
+    a drafter that is not DFlash or does not match, PP with DFLASH, ports or GPUs shared with another
+    instance, flags the installed SGLang does not know, secrets in O(environment), a value with a control
+    character for any field of the unit or the environment file.
+  - The unit is checked with C(systemd-analyze verify) (any warning fails).
+  - The module only reads. It writes no file and manages no systemd state; RV(changed) says whether the
+    rendered RV(unit_content) / RV(env_content) differ from the files at RV(unit_path) / RV(env_path).
+    The role C(ct200.deploy.sglang_service) installs them (C(ansible.builtin.copy) with C(validate=)),
+    reloads and starts the unit (C(ansible.builtin.systemd_service)) and proves it (C(ansible.builtin.uri)).
+    Check mode therefore returns exactly what a real run returns.
   - The service needs no Hugging Face token (C(HF_HUB_OFFLINE=1), local paths); token-like environment is refused.
+    An API key (required when O(host) is not loopback) never reaches the module; SGLang reads it from a
+    C(--config) YAML file the role writes (RV(secret_path)); only that path is in the command line.
 author: ct200-deploy developers (@ct200-deploy)
 requirements:
-  - systemd (C(systemctl), C(systemd-analyze)) on the managed host
-  - SGLang in the venv of O(python), unless O(sglang_version) is set
+  - C(systemd-analyze) on the managed host (unless O(verify_unit=false))
+  - SGLang in the venv of O(python) (role C(ct200.deploy.sglang_runtime)), unless O(sglang_version) is set
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: Validates, renders and verifies; returns RV(argv) and RV(unit); writes and starts nothing.
+    details: The module never writes, so check mode returns the same result as a real run.
   diff_mode:
     support: full
-    details: Diffs of the unit and the environment file (they never contain secrets).
+    details: Diffs of the unit and the environment file against what is on disk (they never contain secrets).
   platform:
     platforms: posix
 options:
   name:
-    description: Instance name; the unit is C(sglang@NAME.service), the environment file C(ENV_DIR/NAME.env).
+    description:
+      - Instance name; the unit is C(sglang@NAME.service), the environment file C(ENV_DIR/NAME.env).
+      - 1-64 characters from C(A-Z a-z 0-9 _ . @ -), starting with a letter, digit or C(_); checked the same way
+        for O(state=absent).
     type: str
     required: true
   state:
     description:
-      - C(present) writes the files (and reports RV(restart_required)); C(started) also starts or restarts and
-        proves the instance; C(stopped) stops it; C(absent) stops, disables and removes it.
+      - C(present) validates, renders and verifies the instance and returns its files.
+      - C(absent) validates the name and returns the paths the role removes (RV(changed) when any exists).
     type: str
-    choices: [present, started, stopped, absent]
-    default: started
+    choices: [present, absent]
+    default: present
   target:
     description: Local directory of the target model (with C(config.json)). Required unless O(state=absent).
     type: path
@@ -107,21 +114,50 @@ options:
     description: GPU ids (nvidia-smi indexes) of this instance, written as C(CUDA_VISIBLE_DEVICES). Defaults to the first tp x pp GPUs.
     type: list
     elements: int
+  gpu_count:
+    description:
+      - Number of GPUs on the host, from the preflight facts. C(0) refuses every instance (tp 8 on a host
+        without GPUs); fewer than tp x pp GPUs is refused too. Unset, nvidia-smi (when present) decides.
+    type: int
+  gpu_numa_nodes:
+    description:
+      - NUMA node of each GPU, indexed by GPU id (from sysfs C(/sys/bus/pci/devices/BDF/numa_node) in the
+        preflight facts; C(-1) = unknown). With O(numa_node), an instance whose GPUs span several nodes (or
+        sit on another node) is refused.
+    type: list
+    elements: int
   gpu_memory_gib:
     description: Memory of one GPU in GiB. Detected with C(nvidia-smi) when omitted (required where there is no GPU).
     type: float
   mem_fraction_static:
-    description: C(--mem-fraction-static); weights per GPU must fit in GPU memory x this fraction.
+    description:
+      - C(--mem-fraction-static). Weights per GPU (sharded part / tp + what every rank holds in full + drafter / tp)
+        and the KV cache pool must fit in (GPU memory - 2.25 GiB runtime reserve) x this fraction; see RV(fit).
     type: float
     default: 0.85
+  min_concurrent_requests:
+    description:
+      - Warn when the KV pool holds fewer than this many full-length (O(context_length)) requests. A pool that
+        cannot hold one is always refused.
+    type: int
+    default: 4
   port:
     description: HTTP port (C(--port)); must differ from every other instance on the host.
     type: int
     default: 30000
   host:
-    description: Listen address (C(--host)).
+    description: Listen address (C(--host)). Beyond loopback an API key is required (O(api_key)).
     type: str
     default: 127.0.0.1
+  api_key:
+    description:
+      - Protect the endpoint with an API key. Defaults to true when O(host) is not loopback; false is refused there.
+      - The module never sees the key. SGLang reads it only from C(--api-key) (argv, visible in C(ps)) or from a
+        C(--config) YAML file; the module renders C(--config ENV_DIR/NAME.secret.yaml) (RV(secret_path)) and the
+        role writes that file (key C(api-key), mode 0640, group of the service).
+      - C(/health*), C(/ready*) and C(/metrics*) stay open; SGLang 0.5.23 returns the key in C(/server_info) to
+        authenticated callers, so do not print that answer unfiltered.
+    type: bool
   nccl_port:
     description: C(--nccl-port) (random when unset).
     type: int
@@ -129,7 +165,9 @@ options:
     description: C(--served-model-name).
     type: str
   context_length:
-    description: C(--context-length); refused above the target's C(max_position_embeddings).
+    description:
+      - C(--context-length); refused above the target's C(max_position_embeddings), and refused when the KV pool
+        cannot hold one request of this many tokens. Unset, the target's C(max_position_embeddings) is checked.
     type: int
   attention_backend:
     description: C(--attention-backend). MLA backends that fail on SM120 are refused when nvidia-smi shows such GPUs.
@@ -140,17 +178,27 @@ options:
   reasoning_parser:
     description: C(--reasoning-parser); defaults to C(kimi_k2) for Kimi targets.
     type: str
+  require_grammar:
+    description:
+      - The clients need grammar-constrained requests (strict tool calls, C(tool_choice) required/named, JSON
+        schema) or logprobs. Refuses builds that reject them (0.5.11 DFLASH, DDTree PR 29907); false only warns.
+    type: bool
+    default: false
   chunked_prefill_size:
     description: C(--chunked-prefill-size).
     type: int
   max_running_requests:
-    description: C(--max-running-requests).
+    description:
+      - C(--max-running-requests). Rendered together with the CUDA graph batch size; set one and both are rendered
+        with that value; set both and they must be equal (batches above the graph size run without CUDA graphs).
     type: int
   cuda_graph_max_bs:
-    description: CUDA graph max batch size (0.5.11 C(--cuda-graph-max-bs), 0.5.23 C(--cuda-graph-max-bs-decode)).
+    description:
+      - CUDA graph max batch size (0.5.11 C(--cuda-graph-max-bs), 0.5.23 C(--cuda-graph-max-bs-decode)); see
+        O(max_running_requests).
     type: int
   kv_cache_dtype:
-    description: C(--kv-cache-dtype).
+    description: C(--kv-cache-dtype); C(fp8_e4m3) halves the KV bytes per token (see RV(fit)).
     type: str
   mamba_strategy:
     description:
@@ -176,9 +224,15 @@ options:
     type: dict
     default: {}
   python:
-    description: Interpreter of the SGLang venv on the host; runs SGLang and the readiness poll.
+    description:
+      - Interpreter of the SGLang venv on the host (installed by the role C(ct200.deploy.sglang_runtime)); its
+        C(bin/) directory comes first in the service's PATH (SGLang's JIT runs C(ninja) from PATH).
     type: path
     default: /opt/sglang/venv/bin/python
+  cuda_home:
+    description: C(CUDA_HOME) of the service (SGLang's JIT finds C(nvcc) there); its C(bin/) is on PATH too.
+    type: path
+    default: /usr/local/cuda
   launcher:
     description:
       - TEST ONLY. Arguments between O(python) and the SGLang flags, replacing C(-m sglang.launch_server);
@@ -195,7 +249,7 @@ options:
     type: path
     default: /etc/systemd/system
   env_dir:
-    description: Directory of the per-instance environment files and the readiness script.
+    description: Directory of the per-instance environment files (and the API key files the role writes).
     type: path
     default: /etc/sglang
   cache_dir:
@@ -203,14 +257,16 @@ options:
     type: path
     default: /var/cache/ct200-sglang
   service_user:
-    description: Dedicated user the service runs as (must exist; the role creates it).
+    description: Dedicated user the service runs as (the role creates it). A POSIX name, at most 32 characters.
     type: str
     default: sglang
   service_group:
-    description: Group of the service. Defaults to O(service_user).
+    description: Group of the service (a POSIX name). Defaults to O(service_user).
     type: str
   numa_node:
-    description: Bind CPU and memory to this NUMA node (C(numactl) when installed, else systemd C(NUMAPolicy)).
+    description:
+      - Bind CPU and memory to this NUMA node (C(numactl) when installed, else systemd C(NUMAPolicy)). Refused
+        when O(gpu_numa_nodes) shows the instance's GPUs on other or several nodes.
     type: int
   limit_nofile:
     description: C(LimitNOFILE=). Where root lacks CAP_SYS_RESOURCE use at most the hard limit (e.g. 20000).
@@ -221,7 +277,7 @@ options:
     type: str
     default: infinity
   start_timeout:
-    description: C(TimeoutStartSec=) and the readiness poll deadline, in seconds (weight load + warm-up).
+    description: C(TimeoutStartSec=) in seconds (at least 30); the role's readiness wait uses the same budget.
     type: int
     default: 2400
   stop_timeout:
@@ -241,19 +297,9 @@ options:
     type: int
     default: 600
   health_path:
-    description: Endpoint the readiness poll and the module wait for.
+    description: Health endpoint (RV(health_url)); needs no API key.
     type: str
     default: /health_generate
-  wait_timeout:
-    description: How long the module waits for the unit to become active, in seconds. Defaults to O(start_timeout) + 60.
-    type: int
-  check_server_info:
-    description: After start, compare C(/server_info) with the rendered spec and fail on a mismatch.
-    type: bool
-    default: true
-  enabled:
-    description: Enable the unit at boot. Defaults to true with O(state=started), unchanged otherwise.
-    type: bool
   read_write_paths:
     description: Extra writable paths (C(ReadWritePaths=)); the unit runs with C(ProtectSystem=strict).
     type: list
@@ -283,13 +329,13 @@ options:
         elements: int
         default: []
   verify_unit:
-    description: Run C(systemd-analyze verify) on the rendered unit before writing it.
+    description: Run C(systemd-analyze verify) on the rendered unit (any warning refuses it).
     type: bool
     default: true
 notes:
   - The flag manifest of a venv is cached in O(cache_dir) keyed by interpreter path, SGLang version and
     dist-info mtime; a reinstall invalidates it. Check mode does not write the cache.
-  - With O(state=absent), RV(argv) and RV(unit) are empty.
+  - The flag manifest cache is the only thing the module may write (atomically, never in check mode).
 seealso:
   - name: SGLang server arguments
     description: Upstream documentation of the flags.
@@ -297,7 +343,7 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Kimi-K2.6 with DFlash on 8 GPUs
+- name: Plan Kimi-K2.6 with DFlash on 8 GPUs
   ct200.deploy.sglang_service:
     name: kimi
     target: /models/moonshotai/Kimi-K2.6
@@ -306,17 +352,23 @@ EXAMPLES = r"""
       algorithm: dflash
       draft_attention_backend: triton
     tp: 8
+    gpu_count: 8
     served_model_name: kimi-k2.6
     attention_backend: triton
-    context_length: 131072
-    chunked_prefill_size: 16384
-    max_running_requests: 16
+    context_length: 65536
+    min_concurrent_requests: 1
     cuda_graph_max_bs: 16
     enable_metrics: true
-    extra_args: [--watchdog-timeout, "600"]
-    environment:
-      OMP_NUM_THREADS: "8"
     python: /opt/sglang/venv/bin/python
+  register: kimi_plan
+
+- name: Install the unit the plan rendered (the role does this, with a handler for the restart)
+  ansible.builtin.copy:
+    content: "{{ kimi_plan.unit_content }}"
+    dest: "{{ kimi_plan.unit_path }}"
+    owner: root
+    group: root
+    mode: "0644"
 
 - name: Review the plan for SGLang 0.5.11 before it is installed
   ct200.deploy.sglang_service:
@@ -326,6 +378,7 @@ EXAMPLES = r"""
     speculative: {algorithm: dflash}
     tp: 8
     gpu_memory_gib: 96
+    context_length: 65536
     sglang_version: 0.5.11
   check_mode: true
   register: plan
@@ -338,6 +391,7 @@ EXAMPLES = r"""
     speculative: {algorithm: ddtree, ddtree_budget: 15}
     tp: 4
     gpus: "{{ item.gpus }}"
+    gpu_numa_nodes: [0, 0, 0, 0, 1, 1, 1, 1]
     numa_node: "{{ item.numa }}"
     port: "{{ item.port }}"
   loop:
@@ -346,20 +400,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-argv:
-  description: The SGLang command line as a list (interpreter first). Empty with O(state=absent).
+changed:
+  description:
+    - With O(state=present), whether RV(unit_content) or RV(env_content) differ from the files on disk (a symlink
+      there counts as different and is never read); with O(state=absent), whether any of the files exists.
   returned: always
-  type: list
-  elements: str
-  sample: ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/moonshotai/Kimi-K2.6", "--tp-size", "8"]
-unit:
-  description: The rendered unit text (also in check mode). Empty with O(state=absent).
+  type: bool
+unit_name:
+  description: Name of the unit.
   returned: always
   type: str
-env_file:
-  description: The rendered EnvironmentFile text.
-  returned: when state is not absent
-  type: str
+  sample: sglang@kimi.service
 unit_path:
   description: Path of the unit file.
   returned: always
@@ -370,56 +421,102 @@ env_path:
   returned: always
   type: str
   sample: /etc/sglang/kimi.env
-changed_files:
-  description: Files that were (or in check mode would be) written.
-  returned: when state is not absent
+secret_path:
+  description:
+    - Path of the API key file (YAML with the key C(api-key)) passed to SGLang as C(--config) when RV(api_key) is true;
+      the role writes it (0640, group of the service) and removes it with O(state=absent).
+  returned: always
+  type: str
+  sample: /etc/sglang/kimi.secret.yaml
+unit_content:
+  description: The rendered, verified unit text (hardened; no secret).
+  returned: when state is present
+  type: str
+env_content:
+  description: The rendered EnvironmentFile text (PATH, CUDA_HOME, CUDA_VISIBLE_DEVICES, offline switches; no secret).
+  returned: when state is present
+  type: str
+argv:
+  description: The SGLang command line as a list (interpreter first).
+  returned: when state is present
   type: list
   elements: str
+  sample: ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/moonshotai/Kimi-K2.6", "--tp-size", "8"]
+command_line:
+  description: RV(argv) quoted as in the unit's C(ExecStart=).
+  returned: when state is present
+  type: str
+health_url:
+  description: URL of the health endpoint (loopback when the service listens on all addresses); needs no API key.
+  returned: when state is present
+  type: str
+  sample: http://127.0.0.1:30000/health_generate
+chat_url:
+  description: URL of the OpenAI-compatible chat endpoint (C(/v1/chat/completions)) for the smoke completion.
+  returned: when state is present
+  type: str
+  sample: http://127.0.0.1:30000/v1/chat/completions
+server_info_url:
+  description: URL of C(/server_info).
+  returned: when state is present
+  type: str
+served_model_name:
+  description: The model name clients send (O(served_model_name), else the target path).
+  returned: when state is present
+  type: str
+host:
+  description: Listen address.
+  returned: when state is present
+  type: str
+port:
+  description: HTTP port.
+  returned: when state is present
+  type: int
+api_key:
+  description: Whether the endpoint requires an API key (the role must write RV(secret_path) before the start).
+  returned: when state is present
+  type: bool
 dialect:
-  description: The SGLang build the line was rendered for (version, source probe/cache/static, DDTree dialect, chosen spellings).
-  returned: when state is not absent
+  description: The SGLang build the line was rendered for (version, source probe/cache/static, DDTree dialect,
+    DFLASH support, chosen spellings).
+  returned: when state is present
   type: dict
   sample: {"version": "0.5.23", "source": "cache", "ddtree": null, "dflash": true}
+fit:
+  description:
+    - The memory arithmetic per GPU (GB = 10^9 bytes) - weights (sharded part / tp), replicated on every rank (MLA
+      projections, router gates, vision tower), drafter, KV pool, KV bytes per token of the target and of the
+      drafter, the tokens the pool holds, RV(fit.context_length) and how many full-length requests fit at once.
+    - Null when the weight size is unknown.
+  returned: when state is present
+  type: dict
+  sample: {"gpu_memory_gib": 96, "runtime_reserve_gib": 2.25, "usable_gb_per_gpu": 85.57, "weights_gb_per_gpu": 74.03,
+           "replicated_gb_per_gpu": 3.11, "draft_gb_per_gpu": 0.38, "kv_pool_gb_per_gpu": 8.05,
+           "kv_bytes_per_token": 70272, "draft_kv_bytes_per_token": 2560, "kv_cache_dtype": "auto (bf16)",
+           "pool_tokens": 110581, "context_length": 65536, "concurrent_full_requests": 1.69}
 gpus:
   description: GPU ids of the instance (CUDA_VISIBLE_DEVICES).
-  returned: when state is not absent
+  returned: when state is present
   type: list
   elements: int
 gpu_memory_gib:
-  description: Memory per GPU used by the memory check (given or detected).
-  returned: when state is not absent
+  description: Memory per GPU used by the fit check (given or detected).
+  returned: when state is present
   type: float
+expected_server_info:
+  description: Fields C(/server_info) must report once the instance runs.
+  returned: when state is present
+  type: dict
+  sample: {"speculative_algorithm": "DFLASH", "speculative_draft_model_path": "/models/z-lab/Kimi-K2.6-DFlash",
+           "speculative_num_draft_tokens": 16, "tp_size": 8}
 target:
   description: Introspection of the target (model_type, layers, heads, hybrid and why, quantization, weight bytes).
-  returned: when state is not absent
+  returned: when state is present
   type: dict
 draft:
   description: Introspection of the drafter, including its C(dflash) block size.
   returned: when a speculative algorithm is set
   type: dict
-expected_server_info:
-  description: Fields C(/server_info) must report.
-  returned: when state is not absent
-  type: dict
-  sample: {"speculative_algorithm": "DFLASH", "speculative_draft_model_path": "/models/z-lab/Kimi-K2.6-DFlash",
-           "speculative_num_draft_tokens": 16, "tp_size": 8}
-server_info:
-  description: The checked fields as the running server reported them.
-  returned: when state is started and the check ran
-  type: dict
-action:
-  description: What was (or would be) done to the unit (start, restart or null).
-  returned: when state is started
-  type: str
-restart_required:
-  description: With O(state=present), whether the running instance runs an older unit or environment.
-  returned: when state is present
-  type: bool
-journal:
-  description: Last 50 journal lines of the unit.
-  returned: on failure after the unit was started
-  type: list
-  elements: str
 gpu_detection:
   description: Outcome of the nvidia-smi query (C(ok), or why no GPU was found).
   returned: when the spec is refused
@@ -433,25 +530,23 @@ problems:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ct200.deploy.plugins.module_utils.sglang_deploy import AnsibleHost, DeployError, deploy
+from ansible_collections.ct200.deploy.plugins.module_utils.sglang_deploy import AnsibleHost, DeployError, plan
 from ansible_collections.ct200.deploy.plugins.module_utils.sglang_spec import ARGUMENT_SPEC, redact_params
 
 
 def main():
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
-        required_if=[("state", "present", ["target"]), ("state", "started", ["target"]),
-                     ("state", "stopped", ["target"])],
+        required_if=[("state", "present", ["target"])],
         supports_check_mode=True,
     )
     try:
-        result = deploy(AnsibleHost(module), module.params)
+        result = plan(AnsibleHost(module), module.params)
     except DeployError as exc:
         redact_params(module.params)  # a refused token must not come back in 'invocation'
         module.fail_json(msg=exc.message, **exc.extra)
     redact_params(module.params)
-    warnings = result.pop("warnings", [])
-    for warning in warnings:
+    for warning in result.pop("warnings", []):
         module.warn(warning)
     module.exit_json(**result)
 

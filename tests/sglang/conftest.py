@@ -73,8 +73,23 @@ def kimi_params(mdir, **over):
     params = dict(name="kimi", target=mdir["kimi"], draft=mdir["kimi_draft"],
                   speculative={"algorithm": "dflash", "draft_attention_backend": "triton"},
                   tp=8, gpu_memory_gib=96, served_model_name="kimi-k2.6", attention_backend="triton",
-                  context_length=131072, chunked_prefill_size=16384, max_running_requests=16,
+                  context_length=65536, min_concurrent_requests=1, chunked_prefill_size=16384, max_running_requests=16,
                   cuda_graph_max_bs=16, enable_metrics=True, extra_args=["--watchdog-timeout", "600"])
+    params.update(over)
+    return params
+
+
+def playbook_kimi_params(mdir, **over):
+    """The Kimi instance of playbooks/deploy_kimi.yml (what `runtime` sets there), on 96 GiB GPUs.
+
+    context_length 65536 with the default bf16 KV cache: at tp 8 and 0.85 the pool holds ~110K tokens
+    (sglang_fit), so 131072 cannot hold one request; fp8 target KV with a triton DFLASH draft is untested.
+    65536 holds 1.7 full-length requests, hence min_concurrent_requests 1 (agent turns share prefixes).
+    """
+    params = dict(name="kimi", target=mdir["kimi"], draft=mdir["kimi_draft"],
+                  speculative={"algorithm": "dflash", "draft_attention_backend": "triton"},
+                  tp=8, gpu_memory_gib=96, port=30000, served_model_name="kimi-k2.6", attention_backend="triton",
+                  context_length=65536, min_concurrent_requests=1, cuda_graph_max_bs=16, enable_metrics=True)
     params.update(over)
     return params
 

@@ -117,9 +117,12 @@ def test_documentation_matches_argument_spec():
 
 def test_examples_and_return_are_yaml():
     examples = yaml.safe_load(sglang_service.EXAMPLES)
-    assert all("ct200.deploy.sglang_service" in task for task in examples)
+    assert sum("ct200.deploy.sglang_service" in task for task in examples) == 3
     returned = yaml.safe_load(sglang_service.RETURN)
-    assert {"argv", "unit", "dialect", "expected_server_info", "journal", "problems"} <= set(returned)
+    assert {"unit_name", "unit_path", "unit_content", "env_path", "env_content", "argv", "command_line", "health_url",
+            "chat_url", "served_model_name", "host", "port", "dialect", "fit", "changed", "secret_path",
+            "problems"} <= set(returned)
+    assert not {"unit", "journal", "action", "server_info", "restart_required"} & set(returned)
 
 
 def test_role_argument_specs_mirror_the_module():
@@ -149,7 +152,7 @@ def test_ansible_doc_renders_the_module():
                           cwd=REPO, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     for needle in ("ddtree_budget", "allow_hybrid_tree", "EXAMPLES", "RETURN VALUES", "expected_server_info",
-                   "TEST ONLY", "systemd-analyze verify"):
+                   "TEST ONLY", "systemd-analyze verify", "min_concurrent_requests", "gpu_numa_nodes", "chat_url"):
         assert needle in proc.stdout, needle
     assert "WARNING" not in proc.stderr.upper(), proc.stderr
 

@@ -1,15 +1,14 @@
 """The real sglang_service module, run as its own process (as Ansible runs it).
 
-Files go to a temp unit_dir/env_dir. systemctl/journalctl are fakes from
-tests/sglang/fakebin because PID 1 here is not systemd; start/restart on real
-systemd is covered by molecule/sglang_service. systemd-analyze is the real one.
+The module only plans, renders and verifies: these tests assert what it
+returns and that it writes nothing. systemd-analyze is the real one;
+nvidia-smi is a fake from tests/sglang/fakebin (there is no GPU here).
+Installing and starting the unit is the role's job (molecule/sglang_service).
 """
 import json
 import os
 import shutil
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -19,109 +18,154 @@ from modhelper import run_module_process
 FAKEBIN = os.path.join(HERE, "fakebin")
 ANALYZE = shutil.which("systemd-analyze")
 pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze missing (apt-get install systemd)")
+CONTRACT = {"unit_name", "unit_path", "unit_content", "env_path", "env_content", "argv", "command_line",
+            "health_url", "chat_url", "served_model_name", "host", "port", "dialect", "fit", "changed",
+            "secret_path", "api_key", "expected_server_info"}
 
 
 @pytest.fixture
 def host(tmp_path):
-    state = tmp_path / "systemd.json"
-    env = {"PATH": FAKEBIN + os.pathsep + os.path.dirname(ANALYZE) + os.pathsep + os.environ.get("PATH", ""),
-           "FAKE_SYSTEMD_STATE": str(state)}
+    env = {"PATH": FAKEBIN + os.pathsep + os.path.dirname(ANALYZE) + os.pathsep + os.environ.get("PATH", "")}
 
     class Host(object):
         unit_dir = str(tmp_path / "units")
         env_dir = str(tmp_path / "etc-sglang")
         cache_dir = str(tmp_path / "cache")
+        environ = env
 
         def run(self, args, **kw):
             return run_module_process("sglang_service", args, env=env, **kw)
 
-        def systemd(self):
-            data = {"calls": [], "active": {}, "enabled": {}}
-            if state.exists():
-                data.update(json.loads(state.read_text()))
-            return data
-
-        def set(self, **values):
-            data = self.systemd()
-            data.update(values)
-            state.write_text(json.dumps(data))
-
         def files(self):
             out = {}
-            for d in (self.unit_dir, self.env_dir):
+            for d in (self.unit_dir, self.env_dir, self.cache_dir):
                 if os.path.isdir(d):
                     for name in sorted(os.listdir(d)):
                         with open(os.path.join(d, name), encoding="utf-8") as handle:
                             out[name] = handle.read()
             return out
 
+        def install(self, result):
+            """What the role does with the result (copy)."""
+            for path, key in ((result["unit_path"], "unit_content"), (result["env_path"], "env_content")):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(result[key])
+
     return Host()
 
 
-def args(host, mdir, **over):
-    params = kimi_params(mdir, python=sys.executable, sglang_version="0.5.23", unit_dir=host.unit_dir,
-                         env_dir=host.env_dir, cache_dir=host.cache_dir, state="present")
+def warnings(result):
+    """Warning texts (ansible-core 2.19 returns them as structured summaries)."""
+    return [w["event"]["msg"] if isinstance(w, dict) else w for w in result.get("warnings", [])]
+
+
+def args(where, mdir, **over):
+    params = kimi_params(mdir, python=sys.executable, sglang_version="0.5.23", unit_dir=where.unit_dir,
+                         env_dir=where.env_dir, cache_dir=where.cache_dir)
     params.update(over)
     return params
 
 
-def test_check_mode_returns_argv_and_unit_and_writes_nothing(host, mdir):
-    failed, result = host.run(args(host, mdir), check_mode=True, diff=True)
+def test_present_returns_the_contract_and_writes_nothing(host, mdir):
+    failed, result = host.run(args(host, mdir), diff=True)
     assert not failed, result.get("msg")
-    assert result["changed"] is True
+    assert CONTRACT <= set(result)
+    assert result["changed"] is True and host.files() == {}
+    assert result["unit_name"] == "sglang@kimi.service"
+    assert result["unit_path"] == os.path.join(host.unit_dir, "sglang@kimi.service")
+    assert result["env_path"] == os.path.join(host.env_dir, "kimi.env")
     assert result["argv"][:3] == [sys.executable, "-m", "sglang.launch_server"]
-    assert "--speculative-algorithm" in result["argv"] and 'ExecStart="' in result["unit"]
-    assert result["dialect"]["source"] == "static" and result["dialect"]["version"] == "0.5.23"
+    assert 'ExecStart=%s' % result["command_line"] in result["unit_content"]
+    assert "PATH=\"%s:" % os.path.dirname(sys.executable) in result["env_content"]
+    assert (result["health_url"], result["chat_url"]) == ("http://127.0.0.1:30000/health_generate",
+                                                          "http://127.0.0.1:30000/v1/chat/completions")
+    assert (result["served_model_name"], result["host"], result["port"]) == ("kimi-k2.6", "127.0.0.1", 30000)
+    assert result["dialect"]["version"] == "0.5.23" and result["dialect"]["dflash"] is True
+    assert result["fit"]["pool_tokens"] == 110581 and result["fit"]["kv_bytes_per_token"] == 70272
+    assert result["api_key"] is False and "--config" not in result["argv"]
     assert result["expected_server_info"] == {"tp_size": 8, "speculative_algorithm": "DFLASH",
                                               "speculative_draft_model_path": mdir["kimi_draft"],
                                               "speculative_num_draft_tokens": 16}
-    assert [d["after_header"] for d in result["diff"]] == [os.path.join(host.unit_dir, "sglang@kimi.service"),
-                                                           os.path.join(host.env_dir, "kimi.env")]
-    assert host.files() == {}
-    assert [c for c in host.systemd()["calls"] if c[0] != "show"] == []  # read-only queries only
+    assert [d["after_header"] for d in result["diff"]] == [result["unit_path"], result["env_path"]]
 
 
-def test_apply_then_idempotent(host, mdir):
+def test_check_mode_is_exact(host, mdir):
+    real = host.run(args(host, mdir))[1]
+    check = host.run(args(host, mdir), check_mode=True)[1]
+    for key in CONTRACT:
+        assert check[key] == real[key], key
+
+
+def test_changed_compares_with_the_files_on_disk(host, mdir):
     failed, first = host.run(args(host, mdir))
-    assert not failed and first["changed"], first.get("msg")
-    files = host.files()
-    assert set(files) == {"sglang@kimi.service", "kimi.env", "wait-healthy.py"}
-    assert files["sglang@kimi.service"] == first["unit"]
-    assert ["daemon-reload"] in host.systemd()["calls"]
-    host.set(calls=[])
+    host.install(first)
     failed, second = host.run(args(host, mdir), diff=True)
-    assert not failed and second["changed"] is False and second["changed_files"] == []
-    assert ["daemon-reload"] not in host.systemd()["calls"]
-    assert host.files() == files
+    assert not failed and second["changed"] is False and second["diff"] == []
+    failed, third = host.run(args(host, mdir, context_length=32768), diff=True)
+    assert third["changed"] is True and [d["after_header"] for d in third["diff"]] == [third["unit_path"]]
 
 
-def test_refused_spec_writes_nothing_and_keeps_previous_files(host, mdir):
-    assert not host.run(args(host, mdir))[0]
-    before = host.files()
+def test_a_symlink_at_the_unit_path_is_not_read(host, mdir, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("not a unit")
+    os.makedirs(host.unit_dir)
+    os.symlink(str(secret), os.path.join(host.unit_dir, "sglang@kimi.service"))
+    failed, result = host.run(args(host, mdir), diff=True)
+    assert not failed and result["changed"] is True
+    assert "not a unit" not in json.dumps(result)
+    assert any("is a symlink" in w for w in warnings(result))
+
+
+def test_refused_spec_names_the_numbers(host, mdir):
     failed, result = host.run(args(host, mdir, tp=4, gpus=[0, 1, 2, 3]))
-    assert failed
-    assert result["msg"].startswith("sglang_service refused the spec: weights 598.3 GB")
-    assert result["msg"].endswith("use tp 8 (74.8 GB per GPU); nothing was written")
-    assert len(result["problems"]) == 1
-    assert host.files() == before
+    assert failed and len(result["problems"]) == 1
+    assert result["msg"].startswith("sglang_service refused the spec: weights 151.9 GB per GPU (148.0 GB sharded + 3.1 GB "
+                                 "replicated on every rank + 0.8 GB drafter) at tp 4 > 85.6 GB usable per GPU")
+    assert result["msg"].endswith("use tp 8 (77.5 GB per GPU)")
+
+
+@pytest.mark.parametrize("fraction, expected", [
+    (0.74, "leaving no KV cache (0 tokens for a 262144-token context_length request)"),
+    (0.85, "it holds 110581 tokens, fewer than one request of context_length 262144"),
+])
+def test_kimi_tp8_long_context_is_refused_naming_tokens(host, mdir, fraction, expected):
+    failed, result = host.run(args(host, mdir, context_length=262144, mem_fraction_static=fraction))
+    assert failed and expected in result["msg"], result["msg"]
 
 
 def test_token_is_refused_and_never_echoed(host, mdir):
     token = "hf_" + "Tk7" * 11
     failed, result = host.run(args(host, mdir, environment={"OMP_NUM_THREADS": "8", "NOTE": token},
-                                   extra_args=["--api-key", token]))
+                                   extra_args=["--watchdog-timeout", token]))
     assert failed and "looks like a Hugging Face token" in result["msg"]
-    dumped = json.dumps(result)
-    assert token not in dumped and token not in result["_stderr"]
+    assert token not in json.dumps(result) and token not in result["_stderr"]
     assert result["invocation"]["module_args"]["environment"]["NOTE"] == "<redacted>"
-    assert host.files() == {}
 
 
-def test_missing_systemd_analyze_refuses_to_write(host, mdir, tmp_path):
-    env = {"PATH": FAKEBIN, "FAKE_SYSTEMD_STATE": str(tmp_path / "s.json")}
-    failed, result = run_module_process("sglang_service", args(host, mdir), env=env)
+def test_missing_systemd_analyze_is_an_error(host, mdir):
+    failed, result = run_module_process("sglang_service", args(host, mdir), env={"PATH": FAKEBIN})
     assert failed and result["msg"].startswith("systemd-analyze not found")
-    assert result["msg"].endswith("nothing was written") and host.files() == {}
+
+
+def test_missing_sglang_names_the_role_and_the_inventory_variable(host, mdir, tmp_path):
+    missing = str(tmp_path / "venv" / "bin" / "python")
+    failed, result = host.run(args(host, mdir, python=missing, sglang_version=None))
+    assert failed
+    assert result["msg"].startswith("SGLang is not installed on this host: %s does not exist" % missing)
+    assert "ct200.deploy.sglang_runtime" in result["msg"] and "sglang_runtime_venv" in result["msg"]
+    assert "set python" not in result["msg"]
+
+
+def test_a_plan_before_sglang_is_installed_says_so(host, mdir, tmp_path):
+    failed, result = host.run(args(host, mdir, python=str(tmp_path / "venv" / "bin" / "python")))
+    assert not failed, result["msg"]
+    assert any("SGLang is not installed" in w for w in warnings(result))
+
+
+def test_zero_gpus_from_preflight_facts_is_refused(host, mdir):
+    failed, result = host.run(args(host, mdir, gpu_count=0))
+    assert failed and "this host has no GPU (gpu_count 0" in result["msg"] and "tp 8" in result["msg"]
 
 
 def test_model_problem_is_reported_before_anything(host, mdir, tmp_path):
@@ -130,84 +174,44 @@ def test_model_problem_is_reported_before_anything(host, mdir, tmp_path):
 
 
 def test_second_instance_with_the_same_port_is_refused(host, mdir):
-    assert not host.run(args(host, mdir))[0]
+    host.install(host.run(args(host, mdir))[1])
     failed, result = host.run(args(host, mdir, name="kimi2", gpus=[0, 1, 2, 3, 4, 5, 6, 7]))
     assert failed
     assert "port 30000 is already used by instance 'kimi' (%s/kimi.env)" % host.env_dir in result["msg"]
     assert "GPUs 0, 1, 2, 3, 4, 5, 6, 7 are already assigned to instance 'kimi'" in result["msg"]
 
 
-class _Info(object):
-    def __init__(self, payload):
-        self.payload = payload
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                body = b"" if self.path.startswith("/health") else json.dumps(outer.payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def test_beyond_loopback_renders_the_api_key_file_never_the_key(host, mdir):
+    failed, result = host.run(args(host, mdir, host="0.0.0.0"))
+    assert not failed, result.get("msg")
+    assert result["api_key"] is True
+    secret = os.path.join(host.env_dir, "kimi.secret.yaml")
+    assert result["secret_path"] == secret
+    assert result["argv"][result["argv"].index("--config") + 1] == secret
+    assert "--api-key" not in result["argv"] and "api" not in result["env_content"].lower()
+    failed, result = host.run(args(host, mdir, host="0.0.0.0", api_key=False))
+    assert failed and "listens beyond loopback but api_key is false" in result["msg"]
 
 
-def test_started_proves_server_info_then_is_idempotent(host, mdir):
-    payload = {"speculative_algorithm": "DFLASH", "speculative_draft_model_path": mdir["kimi_draft"],
-               "speculative_num_draft_tokens": 16, "tp_size": 8, "version": "0.5.23"}
-    info = _Info(payload)
-    try:
-        params = args(host, mdir, state="started", port=info.port, service_user="root")
-        failed, first = host.run(params)
-        assert not failed, first.get("msg")
-        assert first["changed"] and first["action"] == "start"
-        assert first["server_info"]["speculative_num_draft_tokens"] == 16
-        calls = host.systemd()["calls"]
-        assert ["start", "--no-block", "sglang@kimi.service"] in calls and ["enable", "sglang@kimi.service"] in calls
-        host.set(calls=[])
-        failed, second = host.run(params)
-        assert not failed and second["changed"] is False and second["action"] is None
-        assert not any(c[0] in ("start", "restart", "daemon-reload") for c in host.systemd()["calls"])
-        # a changed spec restarts
-        failed, third = host.run(dict(params, context_length=65536))
-        assert not failed and third["action"] == "restart"
-        # the server reports something else than rendered -> failure with journal lines
-        payload["speculative_num_draft_tokens"] = 8
-        failed, fourth = host.run(dict(params, context_length=32768))
-        assert failed
-        assert "/server_info speculative_num_draft_tokens is 8, expected 16" in fourth["msg"]
-        assert any("fake journal line" in line for line in fourth["journal"])
-    finally:
-        info.close()
-
-
-def test_unit_that_fails_to_start_reports_the_journal(host, mdir):
-    host.set(refuse_start=True)
-    failed, result = host.run(args(host, mdir, state="started", service_user="root", port=30999))
-    assert failed and "did not start: it is failed/dead" in result["msg"]
-    assert result["journal"][0].endswith("fake journal line 1 for sglang@kimi.service")
-
-
-def test_absent_removes_everything(host, mdir):
-    assert not host.run(args(host, mdir))[0]
-    host.set(active={"sglang@kimi.service": True}, enabled={"sglang@kimi.service": True}, calls=[])
-    failed, result = host.run({"name": "kimi", "state": "absent", "unit_dir": host.unit_dir,
+@pytest.mark.parametrize("name", ["../victim", "/etc/victim", "a/b", "..", "x\ny", ""])
+def test_absent_validates_the_name_like_present(host, mdir, tmp_path, name):
+    victim = tmp_path / "victim.env"
+    victim.write_text("keep")
+    failed, result = host.run({"name": name, "state": "absent", "unit_dir": host.unit_dir,
                                "env_dir": host.env_dir})
-    assert not failed and result["changed"] and result["argv"] == [] and result["unit"] == ""
-    calls = host.systemd()["calls"]
-    assert ["stop", "sglang@kimi.service"] in calls and ["disable", "sglang@kimi.service"] in calls
-    assert host.files() == {"wait-healthy.py": host.files().get("wait-healthy.py")}
-    failed, again = host.run({"name": "kimi", "state": "absent", "unit_dir": host.unit_dir, "env_dir": host.env_dir})
+    assert failed and "is not a valid instance name" in result["msg"]
+    assert victim.read_text() == "keep"
+
+
+def test_absent_reports_what_exists_and_removes_nothing(host, mdir):
+    host.install(host.run(args(host, mdir))[1])
+    before = host.files()
+    failed, result = host.run({"name": "kimi", "state": "absent", "unit_dir": host.unit_dir, "env_dir": host.env_dir})
+    assert not failed and result["changed"] is True
+    assert (result["unit_path"], result["env_path"]) == (os.path.join(host.unit_dir, "sglang@kimi.service"),
+                                                         os.path.join(host.env_dir, "kimi.env"))
+    assert host.files() == before
+    failed, again = host.run({"name": "other", "state": "absent", "unit_dir": host.unit_dir, "env_dir": host.env_dir})
     assert not failed and again["changed"] is False
 
 
@@ -215,11 +219,11 @@ def test_gpu_memory_detected_with_nvidia_smi(host, mdir, tmp_path):
     from test_gpu import RECORDED_8X_RTX_PRO_6000
     recorded = tmp_path / "smi.txt"
     recorded.write_text(RECORDED_8X_RTX_PRO_6000)
-    env = {"PATH": FAKEBIN + os.pathsep + os.path.dirname(ANALYZE) + os.pathsep + os.environ["PATH"],
-           "FAKE_SYSTEMD_STATE": str(tmp_path / "s.json"), "FAKE_NVIDIA_SMI_OUTPUT": str(recorded)}
+    env = dict(host.environ, FAKE_NVIDIA_SMI_OUTPUT=str(recorded))
     params = args(host, mdir, gpu_memory_gib=None, tp=4, gpus=[0, 1, 2, 3])
     failed, result = run_module_process("sglang_service", params, env=env, check_mode=True)
-    assert failed and "(95.59 GiB x mem_fraction_static 0.85 = 81.25 GiB); use tp 8" in result["msg"]
+    assert failed and "(95.59 GiB - 2.25 GiB runtime reserve, x mem_fraction_static 0.85)" in result["msg"]
+    assert result["msg"].endswith("use tp 8 (77.5 GB per GPU)")
     failed, result = run_module_process("sglang_service", args(host, mdir, gpu_memory_gib=None), env=env,
                                         check_mode=True)
     assert not failed and round(result["gpu_memory_gib"], 2) == 95.59 and result["gpus"] == list(range(8))

@@ -1,7 +1,7 @@
 """Unit tests of the sandbox fleet helpers (no hosts booted).
 
 scripts/sandbox.py (argument checks, cgroup layout, nspawn command line) and
-the clean-environment wrapping of the ct200.deploy.nsenter connection plugin.
+the clean-environment wrapping of the ct200.sandbox.nsenter connection plugin.
 """
 import importlib.util
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.ct200.deploy.plugins.connection import nsenter as conn
+from ansible_collections.ct200.sandbox.plugins.connection import nsenter as conn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_plugin_documents_the_upstream_option_names():
 
     doc = yaml.safe_load(conn.DOCUMENTATION)
     assert doc["options"]["nsenter_pid"]["vars"] == [{"name": "ansible_nsenter_pid"}]
-    assert conn.Connection.transport == "ct200.deploy.nsenter"
+    assert conn.Connection.transport == "ct200.sandbox.nsenter"
     assert conn.Connection.has_pipelining is True
 
 
