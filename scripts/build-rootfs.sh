@@ -22,14 +22,16 @@ STAMP="${ROOTFS%/}.stamp"
 LOCK="${ROOTFS%/}.lock"
 SUITE=bookworm
 # Keep sorted; changing this list changes the stamp and triggers a rebuild.
-PACKAGES=(ca-certificates curl dbus iproute2 procps python3 python3-venv sudo
-          systemd systemd-sysv util-linux)
+# openssh-server: part of a production host's base OS; sandbox.sh --netns
+# starts it per host (it stays disabled for hosts sharing the machine's network).
+PACKAGES=(ca-certificates curl dbus iproute2 openssh-server procps python3 python3-venv
+          sudo systemd systemd-sysv util-linux)
 # Tools this script and scripts/sandbox.sh need on the machine itself.
 HOST_PREREQS=(mmdebstrap systemd-container iproute2 util-linux ca-certificates)
 MMDEBSTRAP_TIMEOUT=${CT200_SANDBOX_BUILD_TIMEOUT:-600}
 APT_TIMEOUT=300
 # Bump when the customisation below changes (forces a rebuild).
-CUSTOMIZE_VERSION=2
+CUSTOMIZE_VERSION=3
 
 log() { printf 'build-rootfs: %s\n' "$*" >&2; }
 die() { printf 'build-rootfs: ERROR: %s\n' "$*" >&2; exit "${2:-1}"; }
@@ -172,11 +174,14 @@ timeout "$MMDEBSTRAP_TIMEOUT" mmdebstrap \
   --customize-hook='printf "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" > "$1/etc/hosts"' \
   --customize-hook='rm -f "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"; : > "$1/etc/machine-id"' \
   --customize-hook='mkdir -p "$1/srv/wheelhouse"' \
+  --customize-hook='chroot "$1" systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true' \
+  --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
+  --customize-hook='printf "%s\n" "# ct200 sandbox: per-host key from sandbox.sh --netns (bind-mounted)" "HostKey /etc/ssh/ssh_host_ed25519_key" "PasswordAuthentication no" "KbdInteractiveAuthentication no" "PermitRootLogin prohibit-password" > "$1/etc/ssh/sshd_config.d/ct200-sandbox.conf"' \
   "$SUITE" "$TMP" "${MIRROR_ARGS[@]}" \
   || die "mmdebstrap failed or timed out after ${MMDEBSTRAP_TIMEOUT}s (see output above)"
 
-[[ -x "$TMP/lib/systemd/systemd" && -x "$TMP/usr/bin/python3" ]] \
-  || die "built tree lacks systemd or python3; refusing to install it"
+[[ -x "$TMP/lib/systemd/systemd" && -x "$TMP/usr/bin/python3" && -x "$TMP/usr/sbin/sshd" ]] \
+  || die "built tree lacks systemd, python3 or sshd; refusing to install it"
 
 rm -f "$STAMP"
 if [[ -e "$ROOTFS" ]]; then
