@@ -28,6 +28,10 @@ from ct200_fleet.progress import FleetProgress, HostSummary
 
 # Every ct200 playbook targets this group.
 HOST_PATTERN = "ct200"
+# Host verdicts (Ansible's, and those of the rotation, drift and preflight reports) that are
+# not a failure; anything else (failed, unreachable, restored, drift, missing, refused...) is.
+GOOD_STATUSES = frozenset({"ok", "in_sync", "would_rotate"})
+NEUTRAL_STATUSES = frozenset({"skipped", "not run"})
 
 
 @dataclasses.dataclass
@@ -42,11 +46,11 @@ class RunOutcome:
     @property
     def ok(self) -> bool:
         return self.rc == 0 and self.runner_status == "successful" and not self.failed_hosts and any(
-            h.status == "ok" for h in self.hosts)  # a run that matched no host did nothing
+            h.status in GOOD_STATUSES for h in self.hosts)  # a run that matched no host did nothing
 
     @property
     def failed_hosts(self) -> list[str]:
-        return [h.host for h in self.hosts if h.status in ("failed", "unreachable")]
+        return [h.host for h in self.hosts if h.status not in GOOD_STATUSES | NEUTRAL_STATUSES]
 
 
 def runner_envvars() -> dict:
@@ -90,33 +94,65 @@ def read_report(path: str | None) -> dict | None:
 
 
 def report_rows(report: dict | None) -> dict[str, dict]:
-    """Per-host rows of a playbook report: {"hosts": {name: {...}}} or {"hosts": [{"host": name, ...}]}."""
+    """Per-host rows of a playbook report: {"hosts": [{"host": name, ...}]} or {"hosts": {name: {...}}}."""
     hosts = (report or {}).get("hosts")
     if isinstance(hosts, dict):
         return {str(k): v for k, v in hosts.items() if isinstance(v, dict)}
     if isinstance(hosts, list):
-        return {str(row.get("host") or row.get("name")): row for row in hosts
-                if isinstance(row, dict) and (row.get("host") or row.get("name"))}
+        return {str(row.get("host")): row for row in hosts if isinstance(row, dict) and row.get("host")}
     return {}
 
 
-def merge_report(hosts: list[HostSummary], report: dict | None) -> list[HostSummary]:
+def row_status(row: dict) -> str | None:
+    """rotate/drift rows carry 'status'; preflight rows 'reachable' and 'failed_checks'."""
+    if isinstance(row.get("status"), str):
+        return row["status"]
+    if row.get("reachable") is False:
+        return "unreachable"
+    if isinstance(row.get("failed_checks"), list):
+        return "refused" if row["failed_checks"] else "ok"
+    return None
+
+
+def row_fingerprint(row: dict) -> str | None:
+    old, new = row.get("old"), row.get("new")
+    if isinstance(old, str) and isinstance(new, str) and old != new:
+        return "%s -> %s" % (old, new)
+    token = row.get("token") if isinstance(row.get("token"), dict) else {}
+    for value in (row.get("fingerprint"), new, token.get("fingerprint")):
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def row_message(row: dict) -> str | None:
+    if row.get("message"):
+        return str(row["message"])
+    checks = [c.get("check") for c in row.get("failed_checks") or [] if isinstance(c, dict)]
+    return "failed checks: " + ", ".join(map(str, checks)) if checks else None
+
+
+def merge_report(hosts: list[HostSummary], report: dict | None, inventory: list[str]) -> list[HostSummary]:
+    """The playbook's own per-host verdict wins over Ansible's recap: rotation and drift judge
+    hosts with failed_when: false and fail once (run_once) at the end, on whichever host is first."""
     rows = report_rows(report)
-    by_name = {h.host: h for h in hosts}
+    by_name = {h.host: h for h in hosts if not inventory or h.host in inventory or h.host in rows}
     for name, row in rows.items():
         host = by_name.setdefault(name, HostSummary(name))
-        host.extra.update({"report": row})
-        if host.fingerprint is None:
-            for key in ("fingerprint", "new_fingerprint", "current_fingerprint", "host_fingerprint"):
-                if isinstance(row.get(key), str):
-                    host.fingerprint = row[key]
-                    break
+        host.extra["report"] = row
+        status = row_status(row)
+        if status is not None:
+            host.status = status
+            host.message = row_message(row) if status not in GOOD_STATUSES else None
+            if status in GOOD_STATUSES:
+                host.failed_task = None
+        host.fingerprint = row_fingerprint(row) or host.fingerprint
     return [by_name[name] for name in sorted(by_name)]
 
 
 def run_playbook(playbook, *, inventory: str, private_data_dir: str, progress: FleetProgress,
                  limit: str | None = None, forks: int | None = None, extravars: dict | None = None,
-                 check: bool = False, verbosity: int = 0, report_path: str | None = None) -> RunOutcome:
+                 cmdline: str | None = None, verbosity: int = 0, report_path: str | None = None) -> RunOutcome:
     result = ansible_runner.run(
         private_data_dir=private_data_dir,
         project_dir=str(REPO),
@@ -125,16 +161,17 @@ def run_playbook(playbook, *, inventory: str, private_data_dir: str, progress: F
         limit=limit,
         forks=forks,
         extravars=extravars or None,
-        cmdline="--check --diff" if check else None,
+        cmdline=cmdline,
         verbosity=verbosity or None,
         envvars=runner_envvars(),
         suppress_env_files=True,
         quiet=True,
         event_handler=progress,
     )
-    hosts = progress.finish(inventory_hosts(inventory, limit))
+    targets = inventory_hosts(inventory, limit)
+    hosts = progress.finish(targets)
     report = read_report(report_path)
-    return RunOutcome(rc=result.rc, runner_status=result.status, hosts=merge_report(hosts, report),
+    return RunOutcome(rc=result.rc, runner_status=result.status, hosts=merge_report(hosts, report, targets),
                       report=report, artifact_dir=result.config.artifact_dir, stdout_tail=_tail(result))
 
 

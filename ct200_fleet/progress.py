@@ -136,7 +136,7 @@ def _final_status(host: HostSummary, processed: set) -> str:
 def table(hosts: list[HostSummary]) -> str:
     """Plain-text summary: host, status, changed, failed task, token fingerprint."""
     header = ("HOST", "STATUS", "CHANGED", "FAILED TASK", "TOKEN")
-    rows = [(h.host, h.status, str(h.changed), _one_line(h.failed_task or "-", 60),
+    rows = [(h.host, h.status, str(h.changed), _one_line(h.failed_task or h.message or "-", 70),
              h.fingerprint or "-") for h in hosts]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = "  ".join("%%-%ds" % w for w in widths)

@@ -5,6 +5,7 @@ is kept as <var>_previous, everything else in the file is untouched; atomic; ide
 import io
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -84,12 +85,49 @@ def test_symlinked_vault_file_is_refused(tmp_path, vault_file):
         promote(str(link), NEW)
 
 
-def test_promote_token_command(vault_file, tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+def local_fleet(tmp_path, tokens):
+    """Hosts that are this machine (connection local), each with its own token file path."""
+    hosts = {}
+    for name, token in tokens.items():
+        path = tmp_path / ("token-" + name)
+        path.write_text(token + "\n")
+        path.chmod(0o600)
+        hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                       "rotate_token_path": str(path)}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"ct200": {"hosts": hosts, "vars": {"ct200_download_user": "root"}}}))
+    return str(inventory)
+
+
+def promote_command(tmp_path, vault_file, inventory):
     out = io.StringIO()
-    code = cli.main(["promote-token", "--vault-file", str(vault_file), "--token-stdin",
-                     "--json", str(tmp_path / "p.json")], stdin=io.StringIO(NEW + "\n"), out=out)
-    assert code == 0, capsys.readouterr().err
-    assert "promoted: vault_hf_token" in out.getvalue() and NEW not in out.getvalue()
+    code = cli.main(["promote-token", "-i", inventory, "--vault-file", str(vault_file), "--token-stdin",
+                     "--json", str(tmp_path / "p.json")], stdin=io.BytesIO((NEW + "\n").encode()), out=out)
+    return code, out.getvalue(), json.loads((tmp_path / "p.json").read_text())
+
+
+@pytest.fixture
+def no_env_token(monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+
+
+def test_promote_token_command_once_every_host_holds_it(no_env_token, vault_file, tmp_path, capsys):
+    inventory = local_fleet(tmp_path, {"cli-a": NEW, "cli-b": NEW})
+    code, out, summary = promote_command(tmp_path, vault_file, inventory)
+    assert code == 0, out + capsys.readouterr().err
+    assert "promoted: vault_hf_token" in out and NEW not in out
     assert yaml.safe_load(vault_file.read_text())["vault_hf_token"] == NEW
-    assert json.loads((tmp_path / "p.json").read_text())["promotion"]["changed"] is True
+    assert summary["ok"] and summary["promotion"]["changed"] is True
+    assert {h["host"]: h["status"] for h in summary["promotion"]["hosts"]} == {"cli-a": "in_sync", "cli-b": "in_sync"}
+
+
+def test_promote_token_refused_while_a_host_lacks_it(no_env_token, vault_file, tmp_path, capsys):
+    inventory = local_fleet(tmp_path, {"cli-a": NEW, "cli-b": OLD})
+    before = vault_file.read_bytes()
+    code, out, summary = promote_command(tmp_path, vault_file, inventory)
+    assert code == 1, out + capsys.readouterr().err
+    assert "not promoted" in out and "FAILED: cli-b" in out
+    assert vault_file.read_bytes() == before
+    assert summary["ok"] is False
+    assert {h["host"]: h["status"] for h in summary["promotion"]["hosts"]} == {"cli-a": "in_sync", "cli-b": "drift"}

@@ -2,7 +2,8 @@
 """`ct200 rotate-token` for real (local Hub, sandbox hosts, the real rotate_hf_token.yml at -vvv):
 the new token is nowhere in runner's private data dir (every file), the command's stdout and
 stderr or its JSON summary, in any of its encodings; the temporary token file is gone; the
-hosts hold the new token; promotion makes it the inventory's current token."""
+hosts hold the new token; promotion makes it the inventory's current token; `ct200 drift`
+then finds no drift, and names the host whose token is changed by hand."""
 
 import base64
 import binascii
@@ -14,7 +15,6 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-import yaml
 
 from localhub.personas import token_for
 
@@ -92,26 +92,26 @@ def test_rotate_token_leaves_no_secret_and_promotes(fleet, local_hub, tmp_path):
     from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import fingerprint
     assert {host_token_sha(fleet, h) for h in HOSTS} == {fingerprint(old)}
 
-    vault = tmp_path / "vault.yml"
-    vault.write_text("vault_hf_token: \"%s\"\n" % old)
-    vault.chmod(0o600)
     new_file = secret_file(tmp_path, "new-token", new)
     pdd, summary = tmp_path / "pdd", tmp_path / "summary.json"
     shm_before = set(os.listdir("/dev/shm"))
     code, out, err = ct200("rotate-token", "-i", "inventories/sandbox", "--token-file", str(new_file), "-vvv",
                            "--private-data-dir", str(pdd), "--json", str(summary),
-                           "--promote", "--vault-file", str(vault), env=env)
+                           "--promote", "--current-token-file", str(current), env=env)
     assert code == 0, (out + err)[-5000:]
 
     # It did what it claims, so the absence of the token below means something.
     assert {host_token_sha(fleet, h) for h in HOSTS} == {fingerprint(new)}
+    assert current.read_text().strip() == new, "promoted: the inventory's current token is the new one"
     artifacts = list((pdd / "artifacts").iterdir())
-    assert len(artifacts) == 1 and len(list((artifacts[0] / "job_events").iterdir())) > 20
-    assert "ESTABLISH" in (artifacts[0] / "stdout").read_text(), "-vvv output expected"
+    assert len(artifacts) == 2, "the rotation and the promotion, each its own runner job"
+    assert all(len(list((a / "job_events").iterdir())) > 5 for a in artifacts)
+    assert any("ESTABLISH" in (a / "stdout").read_text() for a in artifacts), "-vvv output expected"
     data = json.loads(summary.read_text())
     assert data["ok"] and {h["host"]: h["status"] for h in data["hosts"]} == dict.fromkeys(HOSTS, "ok")
-    assert data["promotion"]["fingerprint"] == fingerprint(new) and data["promotion"]["changed"]
-    assert yaml.safe_load(vault.read_text()) == {"vault_hf_token": new, "vault_hf_token_previous": old}
+    assert data["report"]["pending_fingerprint"] == fingerprint(new)
+    assert {h["fingerprint"] for h in data["hosts"]} == {"%s -> %s" % (fingerprint(old), fingerprint(new))}
+    assert data["promotion"]["ok"] and data["promotion"]["method"] == "promote_hf_token.yml"
 
     # No secret anywhere runner or the command wrote.
     for token in (new, old):
@@ -120,13 +120,27 @@ def test_rotate_token_leaves_no_secret_and_promotes(fleet, local_hub, tmp_path):
             assert form.decode() not in out and form.decode() not in err, "token in ct200 output"
             assert form not in summary.read_bytes()
     assert not (pdd / "env").exists()
-    command = json.loads((artifacts[0] / "command").read_text())
-    extravars = json.loads(command["command"][command["command"].index("-e") + 1])
-    token_path = extravars["hf_token_new_file"]
-    assert os.path.commonpath([token_path, str(pdd)]) != str(pdd), "the token file lives outside the private data dir"
+    for artifact in artifacts:
+        command = json.loads((artifact / "command").read_text())
+        extravars = json.loads(command["command"][command["command"].index("-e") + 1])
+        token_path = extravars["hf_token_new_file"]
+        assert os.path.commonpath([token_path, str(pdd)]) != str(pdd), "the token file lives outside the pdd"
     assert set(os.listdir("/dev/shm")) == shm_before, "the temporary token file is removed"
 
-    # Status reads the fingerprint on every host; the new token is the one the inventory now holds.
+    # The inventory's current token is now the new one: no drift; a token changed by hand is named.
+    code, out, err = ct200("drift", "-i", "inventories/sandbox", "--json", str(summary), env=env)
+    assert code == 0, out + err
+    assert {h["status"] for h in json.loads(summary.read_text())["hosts"]} == {"in_sync"}
+    subprocess.run([SANDBOX, "exec", "--state", str(fleet), HOSTS[1], "--", "sh", "-c",
+                    "cat > /root/.cache/huggingface/token"], input=old + "\n", text=True, timeout=60, check=True)
+    code, out, err = ct200("drift", "-i", "inventories/sandbox", "--json", str(summary), env=env)
+    assert code == 1, out + err
+    data = json.loads(summary.read_text())
+    assert data["failed_hosts"] == [HOSTS[1]] and "FAILED: %s" % HOSTS[1] in out
+    assert {h["host"]: h["status"] for h in data["hosts"]} == {HOSTS[0]: "in_sync", HOSTS[1]: "drift"}
+
+    # Status reads the fingerprint on every host, without the Hub.
     code, out, err = ct200("status", "-i", "inventories/sandbox", "--json", str(summary), env=env)
     assert code == 0, out + err
-    assert {h["fingerprint"] for h in json.loads(summary.read_text())["hosts"]} == {fingerprint(new)}
+    assert {h["host"]: h["fingerprint"] for h in json.loads(summary.read_text())["hosts"]} == {
+        HOSTS[0]: fingerprint(new), HOSTS[1]: fingerprint(old)}
