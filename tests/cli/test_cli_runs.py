@@ -41,7 +41,7 @@ def table_rows(stdout):
     start = next(i for i, line in enumerate(lines) if line.startswith("HOST "))
     rows = {}
     for line in lines[start + 1:]:
-        if not line.strip() or line.startswith(("runner artifacts", "FAILED", "not promoted", "promoted")):
+        if not line.strip() or line.startswith(("runner private", "FAILED", "not promoted", "promoted")):
             break
         cells = line.split()
         rows[cells[0]] = cells
@@ -121,7 +121,7 @@ def test_private_data_dir_is_kept_when_given(tmp_path):
     code, out, err = ct200("status", "-i", inv, "--private-data-dir", str(pdd))
     assert code == 0, out + err
     artifacts = list((pdd / "artifacts").iterdir())
-    assert len(artifacts) == 1 and "runner artifacts: %s" % artifacts[0] in out
+    assert len(artifacts) == 1 and "runner private data dir: %s" % pdd in out
     assert not (pdd / "env").exists(), "suppress_env_files: runner writes no env/ files"
     command = json.loads((artifacts[0] / "command").read_text())
     assert command["command"][0] == "ansible-playbook" and "-e" not in command["command"]
