@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
         _add_run_options(cmd)
         if name == "deploy":
             cmd.add_argument("--check", action="store_true", help="dry run (ansible --check --diff)")
+            cmd.add_argument("--tags", help="only these phases (ansible --tags), e.g. hf_token,model_weights")
             cmd.add_argument("--force-token", action="store_true",
                              help="overwrite a host's different valid token with the inventory's (hf_token_force)")
         if name == "drift":
@@ -210,7 +211,7 @@ class Session:
         return run_playbook(playbook or PLAYBOOKS[command], inventory=args.inventory, private_data_dir=self.pdd.path,
                             progress=FleetProgress(out=self.out), limit=args.limit, forks=args.forks,
                             extravars=extravars, cmdline=" ".join(map(shlex.quote, cmdline)) or None,
-                            verbosity=args.verbose, report_path=report_path)
+                            verbosity=args.verbose, report_path=report_path, tags=getattr(args, "tags", None))
 
 
 def summarize(args, command: str, playbook: str, outcome, pdd: PrivateDataDir) -> dict:

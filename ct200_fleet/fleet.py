@@ -152,7 +152,8 @@ def merge_report(hosts: list[HostSummary], report: dict | None, inventory: list[
 
 def run_playbook(playbook, *, inventory: str, private_data_dir: str, progress: FleetProgress,
                  limit: str | None = None, forks: int | None = None, extravars: dict | None = None,
-                 cmdline: str | None = None, verbosity: int = 0, report_path: str | None = None) -> RunOutcome:
+                 cmdline: str | None = None, verbosity: int = 0, report_path: str | None = None,
+                 tags: str | None = None) -> RunOutcome:
     result = ansible_runner.run(
         private_data_dir=private_data_dir,
         project_dir=str(REPO),
@@ -163,6 +164,7 @@ def run_playbook(playbook, *, inventory: str, private_data_dir: str, progress: F
         extravars=extravars or None,
         cmdline=cmdline,
         verbosity=verbosity or None,
+        tags=tags,
         envvars=runner_envvars(),
         suppress_env_files=True,
         quiet=True,
