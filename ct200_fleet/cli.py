@@ -66,6 +66,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _batches(text: str) -> list:
+    """'1,5%,25%' -> [1, '5%', '25%'] (Ansible serial: host counts or percentages)."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) > 0:
+            sizes.append(int(part))
+        elif part.endswith("%") and part[:-1].isdigit() and 0 < int(part[:-1]) <= 100:
+            sizes.append(part)
+        else:
+            raise argparse.ArgumentTypeError("%r: give batch sizes as host counts or percentages, e.g. 1,5%%,25%%"
+                                             % text)
+    return sizes
+
+
 def _add_token_source(parser, required: bool, what: str = "the new token") -> None:
     group = parser.add_mutually_exclusive_group(required=required)
     group.add_argument("--token-file", metavar="FILE",
@@ -126,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "rotate-token":
             _add_token_source(cmd, required=True)
             cmd.add_argument("--check", action="store_true", help="dry run: which hosts would rotate")
+            cmd.add_argument("--batches", type=_batches, metavar="LIST",
+                             help="rollout batch sizes after which the next batch starts, e.g. 1,5%%,25%% "
+                                  "(rotate_serial; default the playbook's 1,25%%)")
             cmd.add_argument("--promote", action="store_true",
                              help="after a rotation with every host ok, make the new token the current one "
                                   "(--current-token-file or --vault-file)")
@@ -239,7 +257,12 @@ def failure_cause(outcome) -> str:
 
 
 def main_extravars(args) -> dict:
-    return {"hf_token_force": True} if getattr(args, "force_token", False) else {}
+    extravars = {}
+    if getattr(args, "force_token", False):
+        extravars["hf_token_force"] = True
+    if getattr(args, "batches", None):
+        extravars["rotate_serial"] = args.batches
+    return extravars
 
 
 def run_command(session: Session) -> int:

@@ -46,7 +46,17 @@ def test_every_fleet_subcommand_takes_the_common_options(command):
         (command, "inv", "h1", 20, "s.json", "d")
 
 
+def test_rotation_batches_become_rotate_serial():
+    args = cli.build_parser().parse_args(["rotate-token", "-i", "inv", "--token-stdin", "--batches", "1,5%,25%"])
+    assert cli.main_extravars(args) == {"rotate_serial": [1, "5%", "25%"]}
+    args = cli.build_parser().parse_args(["deploy", "-i", "inv", "--force-token"])
+    assert cli.main_extravars(args) == {"hf_token_force": True}
+
+
 @pytest.mark.parametrize("argv", [
+    ["rotate-token", "-i", "inv", "--token-stdin", "--batches", "0"],
+    ["rotate-token", "-i", "inv", "--token-stdin", "--batches", "1,150%"],
+    ["rotate-token", "-i", "inv", "--token-stdin", "--batches", "1,,2"],
     ["status"],                                               # no inventory
     ["status", "-i", "inv", "--forks", "0"],                 # forks must be >= 1
     ["rotate-token", "-i", "inv"],                           # no token source
