@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Fleet benchmark: `ct200 rotate-token` and a no-op deploy on 1, 4 and 8 hosts, one run.
 
@@ -147,7 +146,7 @@ def run(args) -> dict:
         results["setup_deploy"] = setup
         if setup["rc"] != 0:
             raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")
-        for _ in range(args.repeat):
+        for _round in range(args.repeat):
             for n in SIZES:
                 results["noop_deploy"].setdefault(str(n), []).append(measure(
                     fleet, "no-op deploy x%d" % n, current, "deploy", "--playbook", str(NOOP_DEPLOY),
