@@ -188,7 +188,8 @@ def reuse_proven(proven, repos, resolved):
         if verdict is None:
             return None
         results.append(dict(verdict, required=repo["required"], proven_on="controller"))
-    return dict(auth, source=resolved.source, proven_on="controller"), results
+    message = "%s, proven on the controller (same fingerprint, no Hub call from this host)" % auth.get("message")
+    return dict(auth, source=resolved.source, proven_on="controller", message=message), results
 
 
 def failure_message(denied, total_required, auth):

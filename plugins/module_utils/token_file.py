@@ -132,8 +132,8 @@ def _unsafe_dir_reason(st, uid, gid, is_token_dir):
 def check_parents(path, uid, gid):
     """Walk the existing parents of ``path`` from / down; refuse symlinks and foreign-writable directories.
 
-    Returns (trusted_root, missing): the deepest existing parent that is owned by root
-    (everything below it is walked with O_NOFOLLOW when writing) and the parent
+    Returns (trusted_root, missing): the deepest existing parent reached through root-owned
+    directories only (everything below it is walked with O_NOFOLLOW when writing) and the parent
     directories that do not exist yet, top-down.
     """
     directory = os.path.dirname(path)
@@ -162,7 +162,9 @@ def check_parents(path, uid, gid):
             raise UnsafePathError("%s (a parent of the token path %s) %s, who could redirect the write: make it "
                                   "owned by root or %s and not writable by others, or choose another path"
                                   % (current, path, reason, _name_of_uid(uid)))
-        if st.st_uid == 0:
+        # Below the first directory root does not own, its owner could swap entries: the
+        # write walks with O_NOFOLLOW from the last directory of an all-root chain.
+        if st.st_uid == 0 and trusted_root == os.path.dirname(current.rstrip("/")) or current == "/":
             trusted_root = current
     return trusted_root, missing
 
