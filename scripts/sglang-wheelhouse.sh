@@ -29,7 +29,7 @@ NODEPS=("sglang==${VERSION}" "torch==2.13.0" "triton==3.9.0")
 WITHDEPS=(sympy networkx jinja2 fsspec filelock typing_extensions
           msgspec numpy orjson psutil pybase64 requests packaging pillow starlette
           pydantic pyzmq tqdm IPython aiohttp fastapi uvicorn ninja)
-RECIPE=1
+RECIPE=2
 STANDIN_SHA=$(sha256sum "${REPO_ROOT}/tools/sglang_standin/sglang_standin.py" | cut -c1-16)
 STAMP_CONTENT="recipe=${RECIPE} sglang=${VERSION} standin=${STANDIN_SHA}"
 STAMP="${DEST}/.ct200-wheelhouse-stamp"
@@ -51,10 +51,12 @@ printf '%s\n' "torch==2.13.0" > "${CONSTRAINTS}"
 
 # The stand-in as a wheel (module ct200_sglang_standin), built by hand: a wheel
 # is a zip with METADATA/WHEEL/RECORD, no build backend needed offline.
-"${PY}" - "${REPO_ROOT}/tools/sglang_standin/sglang_standin.py" "${DEST}" <<'PYEOF'
+# Its version carries the source hash, so a changed stand-in changes requirements.txt
+# and the role's stamp (the hosts reinstall it).
+"${PY}" - "${REPO_ROOT}/tools/sglang_standin/sglang_standin.py" "${DEST}" "${STANDIN_SHA:0:8}" <<'PYEOF'
 import base64, hashlib, sys, zipfile
-src, dest = sys.argv[1], sys.argv[2]
-name, version = "ct200_sglang_standin", "1.0.0"
+src, dest, sha = sys.argv[1], sys.argv[2], sys.argv[3]
+name, version = "ct200_sglang_standin", "1.0.0+" + sha
 dist = f"{name}-{version}.dist-info"
 files = {
     f"{name}.py": open(src, "rb").read(),

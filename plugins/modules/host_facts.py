@@ -10,7 +10,7 @@ module: host_facts
 short_description: GPU, driver, CUDA, NUMA and SGLang runtime facts of a host, with a serving preflight verdict
 version_added: "0.2.0"
 description:
-  - Reads, and changes nothing: C(nvidia-smi) (GPU index, model, memory, PCI bus id, driver version and the CUDA
+  - Reads, and changes nothing, C(nvidia-smi) (GPU index, model, memory, PCI bus id, driver version and the CUDA
     version the driver supports), the NUMA node of each GPU from sysfs (C(/sys/bus/pci/devices/BDF/numa_node)),
     the number of NUMA nodes, C(CUDA_HOME/bin/nvcc --version), and the SGLang installed in O(sglang_python)'s venv
     (version and flag dialect, probed with SGLang's own parser like M(ct200.deploy.sglang_service) does).
@@ -76,8 +76,13 @@ gpus:
   returned: always
   type: list
   elements: dict
-  sample: [{index: 0, name: NVIDIA RTX PRO 6000 Blackwell Server Edition, memory_mib: 97887, memory_gib: 95.6,
-            pci_bus_id: "00000000:17:00.0", numa_node: 0}]
+  sample:
+    - index: 0
+      name: NVIDIA RTX PRO 6000 Blackwell Server Edition
+      memory_mib: 97887
+      memory_gib: 95.6
+      pci_bus_id: "00000000:17:00.0"
+      numa_node: 0
 gpu_count:
   description: Number of GPUs (0 when nvidia-smi is absent).
   returned: always

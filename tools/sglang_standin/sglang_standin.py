@@ -18,6 +18,7 @@ What is fake: everything after parsing. It serves, from what it parsed,
   SGLang does), ``version``, ``launch_command``, and ``"standin": true``
 * ``GET /v1/models`` -- ``data[0].id`` = served model name
 * ``POST /generate`` -- a fixed text, ``meta_info.standin = true``
+* ``POST /v1/chat/completions`` -- a fixed OpenAI-shaped answer, ``"standin": true``
 
 Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
 weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1).
@@ -145,12 +146,19 @@ def make_handler(standin):
             path = self.path.split("?", 1)[0]
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if path != "/generate":
+            if path not in ("/generate", "/v1/chat/completions"):
                 return self._send(404, {"error": "not served by the stand-in: %s" % path})
             try:
-                json.loads(raw or b"{}")
+                body = json.loads(raw or b"{}")
             except ValueError:
                 return self._send(400, {"error": "body is not JSON"})
+            if path == "/v1/chat/completions":  # a canned OpenAI-shaped answer, clearly marked
+                return self._send(200, {
+                    "id": "standin", "object": "chat.completion", "standin": True,
+                    "model": body.get("model") or standin.args.get("served_model_name"),
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                        "role": "assistant", "content": "OK [sglang-standin: no model]"}}],
+                    "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
             return self._send(200, {"text": "[sglang-standin: no model]", "meta_info": {
                 "standin": True, "completion_tokens": 0, "spec_verify_ct": 0}})
 

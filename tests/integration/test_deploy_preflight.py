@@ -1,0 +1,109 @@
+# SPDX-License-Identifier: Apache-2.0
+"""deploy_kimi.yml on a bare sandbox host stops in the preflight, before any weight byte,
+naming the cause and the fix, and leaves no unit enabled: when the SGLang runtime cannot be
+installed (an empty wheelhouse) and when the host has too few GPUs (a fake nvidia-smi: the
+GPU is the one thing mocked)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localhub.personas import token_for
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX = str(REPO / "scripts" / "sandbox.sh")
+CACHE = REPO / ".cache"
+FAKE_SMI = """#!/bin/sh
+# TEST ONLY: 4 GPUs, a good driver
+case "$1" in
+  --query-gpu=*) for i in 0 1 2 3; do
+      echo "$i, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 00000000:1$i:00.0, 580.95.05"; done ;;
+  *) echo "| Driver Version: 580.95.05    CUDA Version: 13.0 |" ;;
+esac
+"""
+
+
+def bare_host(tmp_path, name, wheelhouse):
+    for script, args in (("sglang-wheelhouse.sh", ["0.5.23"]),
+                         ("local-apt-repo.sh", ["ninja-build", "numactl", "python3-apt"])):
+        subprocess.run([str(REPO / "scripts" / script), *args], check=True, timeout=600, capture_output=True)
+    fake = tmp_path / "fake-gpu"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    state = tmp_path / "fleet.json"
+    binds = ["%s:/srv/wheelhouse:ro" % (CACHE / "wheelhouse"), "%s:/srv/sglang-wheelhouse:ro" % wheelhouse,
+             "%s:/srv/apt-repo:ro" % (CACHE / "apt-repo"),
+             "%s:/etc/apt/sources.list:ro" % (CACHE / "apt-repo" / "sources.list"),
+             "%s:/srv/ct200-disk" % disk, "%s:/srv/fake-gpu:ro" % fake]
+    argv = [SANDBOX, "up", "--names", name, "--state", str(state), "--recreate"]
+    for bind in binds:
+        argv += ["--bind", bind]
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
+    assert up.returncode == 0, up.stderr
+    return state
+
+
+def deploy(state, hub, tmp_path, *extra):
+    token = tmp_path / "token"
+    token.write_text(token_for("granted") + "\n")
+    token.chmod(0o600)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CT200_SANDBOX_STATE=str(state),
+               CT200_HF_ENDPOINT=hub.url, CT200_HF_TOKEN_FILE=str(token), ANSIBLE_NOCOLOR="1")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    proc = subprocess.run(["ansible-playbook", "deploy_kimi.yml", "-i", "inventories/sandbox",
+                           "-e", "ct200_preflight_json=%s" % (tmp_path / "preflight.json"), *extra],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def on_host(state, host, *cmd):
+    return subprocess.run([SANDBOX, "exec", "--state", str(state), host, "--", *cmd],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def assert_stopped_before_weights(state, host, out, tmp_path):
+    assert "Download | start every repository" not in out
+    assert "Instance | unit of kimi" not in out
+    assert on_host(state, host, "test", "-e", "/models/moonshotai/Kimi-K2.6").returncode != 0
+    assert on_host(state, host, "systemctl", "is-enabled", "sglang@kimi.service").stdout.strip() != "enabled"
+    report = json.loads((tmp_path / "preflight.json").read_text())
+    assert report["ok"] is False
+    return {c["check"] for c in report["hosts"][0]["failed_checks"]}
+
+
+@pytest.fixture
+def down():
+    states = []
+    yield states.append
+    for state in states:
+        subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
+
+
+def test_unreachable_wheelhouse_stops_in_preflight(tmp_path, local_hub, down):
+    empty = tmp_path / "empty-wheelhouse"
+    empty.mkdir()
+    state = bare_host(tmp_path, "rt-p1", empty)
+    down(state)
+    rc, out = deploy(state, local_hub, tmp_path)
+    assert rc != 0, out[-3000:]
+    assert "[sglang_runtime] SGLang 0.5.23 is not installed" in out
+    assert "fix: make wheelhouse /srv/sglang-wheelhouse reachable" in out
+    assert assert_stopped_before_weights(state, "rt-p1", out, tmp_path) == {"sglang_runtime"}
+
+
+def test_too_few_gpus_stop_in_preflight(tmp_path, local_hub, down):
+    state = bare_host(tmp_path, "rt-p2", CACHE / "sglang-wheelhouse-0.5.23-cpu")
+    down(state)
+    rc, out = deploy(state, local_hub, tmp_path, "-e", "sglang_runtime_nvidia_smi=/srv/fake-gpu/nvidia-smi",
+                     "-e", "sglang_runtime_allow_no_gpu=false")
+    assert rc != 0, out[-3000:]
+    assert "[gpus] 4 GPU(s) found, the instances need 8 (tp x pp)" in out
+    assert "gpus" in assert_stopped_before_weights(state, "rt-p2", out, tmp_path)
