@@ -61,6 +61,10 @@ class FleetSession:
     def ansible(self, pattern, module, module_args=None, *extra, env=None, timeout=300) -> netlab.Run:
         return self.fleet.ansible(pattern, module, module_args, *extra, env=self.env(env), timeout=timeout)
 
+    def leader_pid(self, host) -> int:
+        """PID (in the machine's namespace) of HOST's systemd."""
+        return self.fleet.host(host)["leader_pid"]
+
     def exec(self, host, cmd, input=None, timeout=60):
         return self.fleet.exec(host, cmd, input=input, timeout=timeout)
 

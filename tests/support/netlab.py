@@ -219,3 +219,35 @@ class SshFleet:
         proc = subprocess.run(argv, cwd=REPO, env=self.env(env), capture_output=True, text=True,
                               timeout=timeout, check=False, stdin=subprocess.DEVNULL)
         return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
+
+
+def measure_hub_to_host_rate(fleet: SshFleet, host: str, nbytes: int = 4 << 20, timeout: float = 120) -> float:
+    """Bits per second of one HTTP download of NBYTES from a throwaway server in
+    the fleet's Hub namespace to HOST.  For benchmarks and manual checks of the
+    tc shaping only: tests assert that the qdiscs exist, never a rate."""
+    import http.server
+
+    payload = os.urandom(nbytes)
+
+    class Blob(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    server = in_netns(fleet.hub_namespace, http.server.ThreadingHTTPServer, (fleet.hub_address, 0), Blob)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    try:
+        url = f"http://{fleet.hub_address}:{server.server_address[1]}/blob"
+        res = fleet.ssh(host, f"curl -fsS -o /dev/null -w '%{{size_download}} %{{time_total}}' {url}", timeout=timeout)
+        if res.returncode != 0:
+            raise FleetError(f"{host}: download from the Hub namespace failed: {res.stderr}")
+        size, seconds = res.stdout.split()
+        return int(size) * 8 / float(seconds)
+    finally:
+        server.shutdown()
+        server.server_close()
