@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """`ct200`: fleet operations on ansible-runner.
 
-    ct200 status       -i INVENTORY [--limit L] [--forks N] [--json FILE]
-    ct200 preflight    -i INVENTORY ...
-    ct200 deploy       -i INVENTORY ... [--check]
-    ct200 drift        -i INVENTORY ...
-    ct200 rotate-token -i INVENTORY (--token-file FILE | --token-stdin) [--promote --vault-file FILE]
-    ct200 promote-token --vault-file FILE (--token-file FILE | --token-stdin)
+    ct200 status        -i INVENTORY [--limit L] [--forks N] [--json FILE]
+    ct200 preflight     -i INVENTORY ...
+    ct200 deploy        -i INVENTORY ... [--check] [--tags T] [--force-token]
+    ct200 drift         -i INVENTORY ... [--token-file FILE]
+    ct200 rotate-token  -i INVENTORY (--token-file FILE | --token-stdin) [--batches 1,25%]
+                        [--promote (--current-token-file FILE | --vault-file FILE)]
+    ct200 promote-token -i INVENTORY (--token-file FILE | --token-stdin) (--current-token-file FILE | --vault-file FILE)
 
 Exit codes: 0 every host ok; 1 a host failed or was unreachable, or the run failed;
 2 bad input or a refusal (nothing was run).
@@ -176,10 +177,10 @@ def check_arguments(args) -> None:
                        "script (e.g. inventories/ct200)" % args.inventory)
     # runner treats a relative string as inventory *content*; a path must be absolute
     args.inventory = os.path.abspath(args.inventory)
-    for playbook in (args.playbook or PLAYBOOKS[args.command],):
-        if not os.path.isfile(playbook):
-            raise CliError("playbook %s does not exist in this checkout: update the collection or give "
-                           "--playbook" % playbook)
+    playbook = args.playbook or PLAYBOOKS[args.command]
+    if not os.path.isfile(playbook):
+        raise CliError("playbook %s does not exist in this checkout: update the collection or give "
+                       "--playbook" % playbook)
 
 
 def write_json(path: str, data: dict) -> None:
