@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """`ct200` argument parsing and refusals: nothing runs, nothing is written, one message names cause and fix."""
 
+import importlib
 import io
 import os
-import sys
 import tomllib
 from pathlib import Path
 
@@ -152,7 +152,7 @@ def test_console_script_is_declared_and_resolves():
     assert project["project"]["scripts"]["ct200"] == "ct200_fleet.cli:main"
     assert "ct200_fleet" in project["tool"]["setuptools"]["packages"]
     module, func = project["project"]["scripts"]["ct200"].split(":")
-    assert callable(getattr(sys.modules.get(module) or __import__(module, fromlist=[func]), func))
+    assert getattr(importlib.import_module(module), func) is cli.main
 
 
 def test_help_lists_the_subcommands(capsys):
