@@ -1,0 +1,211 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fleet benchmark: `ct200 rotate-token` and a no-op deploy on 1, 4 and 8 hosts, one run.
+
+Prints wall times as ratios to 1 host and the Hub API calls of each run, counted by the local
+Hub itself (GET /_admin/stats, "api" = whoami + model_info + auth_check + tree + paths_info +
+refs). Every figure comes from this run; nothing fails on time.
+
+    python benchmarks/fleet/bench_fleet.py --quick --json /tmp/fleet.json
+
+Fleets: "ssh" (default): 8 sandbox hosts, each in its own network namespace with sshd,
+reached over SSH as in production, the Hub in a namespace of its own (tests/support/netlab.py,
+`scripts/sandbox.sh up N --netns`); "shared": hosts sharing the machine's network namespace,
+entered with nsenter (`scripts/sandbox.sh up N --name cli-bench`).
+
+The "no-op deploy" is benchmarks/fleet/noop_deploy.yml (the token/access and weights plays of
+deploy_kimi.yml, see README.md) run a second time on hosts that already have everything.
+Rotations go 8, 4, 1 hosts with three valid tokens so that every host of each run changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "support"), str(REPO / "collections")]
+
+from localhub import LocalHub  # noqa: E402
+from localhub.personas import token_for  # noqa: E402
+
+SANDBOX = REPO / "scripts" / "sandbox.sh"
+NOOP_DEPLOY = REPO / "benchmarks" / "fleet" / "noop_deploy.yml"
+ROOTFS = os.environ.get("CT200_SANDBOX_ROOTFS", "/var/lib/ct200-sandbox/rootfs")
+WHEELHOUSE = REPO / ".cache" / "wheelhouse"
+SIZES = (1, 4, 8)
+# Three tokens that can read the gated drafter: rotations 8 -> 4 -> 1 hosts each move every
+# host they touch to a token it does not hold yet (A on all; 8 -> B; 4 -> C; 1 -> A).
+TOKENS = ("granted", "granted_write", "granted_fine_grained")
+
+
+class Fleet:
+    """The hosts and the Hub for one benchmark run."""
+
+    def __init__(self, kind: str, workdir: Path, count: int, prefix: str):
+        self.kind, self.workdir, self.count, self.prefix = kind, workdir, count, prefix
+        self.state = workdir / "fleet.json"
+        self.hub = None
+        self.netlab_fleet = None
+
+    def up(self) -> None:
+        started = time.monotonic()
+        binds = ["%s:/srv/wheelhouse:ro" % WHEELHOUSE] if WHEELHOUSE.is_dir() else []
+        if self.kind == "ssh":
+            import netlab
+            self.netlab_fleet = netlab.SshFleet(self.state, prefix=self.prefix, count=self.count, rootfs=ROOTFS,
+                                                binds=tuple(binds), link_rate="1gbit", hub_rate="400mbit")
+            self.netlab_fleet.up()
+            self.hub = LocalHub(self.workdir / "hub", host="0.0.0.0", cdn_host=self.netlab_fleet.hub_cdn_address)
+            netlab.in_netns(self.netlab_fleet.hub_namespace, self.hub.start)
+            self.hub.host = self.netlab_fleet.hub_address
+        else:
+            argv = [str(SANDBOX), "up", str(self.count), "--name", self.prefix, "--state", str(self.state),
+                    "--recreate"]
+            for bind in binds:
+                argv += ["--bind", bind]
+            subprocess.run(argv, check=True, capture_output=True, text=True, timeout=300)
+            self.hub = LocalHub(self.workdir / "hub")
+            self.hub.start()
+        print("fleet: %d %s hosts and the Hub up in %.1f s" % (self.count, self.kind, time.monotonic() - started),
+              flush=True)
+
+    def down(self) -> None:
+        if self.hub is not None:
+            self.hub.stop()
+        if self.netlab_fleet is not None:
+            self.netlab_fleet.down()
+        elif self.state.exists():
+            subprocess.run([str(SANDBOX), "down", "--state", str(self.state)], timeout=180, check=False)
+
+    @property
+    def hosts(self) -> list[str]:
+        return ["%s-%d" % (self.prefix, i) for i in range(1, self.count + 1)]
+
+    def admin(self, path: str, method: str = "GET") -> dict:
+        req = urllib.request.Request(self.hub.url + path, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.load(resp)
+
+
+def secret(workdir: Path, name: str, persona: str) -> Path:
+    path = workdir / name
+    path.write_text(token_for(persona) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def ct200(fleet: Fleet, current_token: Path, *argv: str) -> tuple[float, int, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CT200_SANDBOX_STATE=str(fleet.state),
+               CT200_HF_ENDPOINT=fleet.hub.url, CT200_HF_TOKEN_FILE=str(current_token), PYTHONPATH=str(REPO),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ct200_fleet", *argv, "-i", str(REPO / "inventories" / "sandbox")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3600, check=False)
+    return time.monotonic() - started, proc.returncode, proc.stdout + proc.stderr
+
+
+def limit(fleet: Fleet, n: int) -> str:
+    return ",".join(fleet.hosts[:n])
+
+
+def measure(fleet: Fleet, label: str, current: Path, *argv: str) -> dict:
+    fleet.admin("/_admin/stats/reset", "POST")
+    wall, rc, out = ct200(fleet, current, *argv)
+    stats = fleet.admin("/_admin/stats")
+    result = {"wall_s": round(wall, 2), "rc": rc, "hub_api_calls": stats["api"],
+              "hub_calls_by_kind": {k: stats[k] for k in ("whoami", "model_info", "auth_check", "tree",
+                                                          "paths_info", "refs") if stats.get(k)}}
+    print("%-22s %7.1f s  rc=%d  Hub API calls %d %s" % (label, wall, rc, stats["api"], result["hub_calls_by_kind"]),
+          flush=True)
+    if rc != 0:
+        print("\n".join(out.splitlines()[-25:]), flush=True)
+    return result
+
+
+def run(args) -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix="ct200-bench-fleet-"))
+    fleet = Fleet(args.fleet, workdir, max(SIZES), args.prefix)
+    results: dict = {"fleet": args.fleet, "hosts": max(SIZES), "forks": args.forks, "quick": args.quick,
+                     "noop_deploy": {}, "rotation": {}}
+    current = secret(workdir, "current-token", TOKENS[0])
+    forks = ["--forks", str(args.forks)]
+    try:
+        fleet.up()
+        print("setup: first deploy on all %d hosts (not timed)" % fleet.count, flush=True)
+        setup = measure(fleet, "setup deploy x%d" % fleet.count, current, "deploy", "--playbook", str(NOOP_DEPLOY),
+                        *forks)
+        results["setup_deploy"] = setup
+        if setup["rc"] != 0:
+            raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")
+        for _round in range(args.repeat):
+            for n in SIZES:
+                results["noop_deploy"].setdefault(str(n), []).append(measure(
+                    fleet, "no-op deploy x%d" % n, current, "deploy", "--playbook", str(NOOP_DEPLOY),
+                    "--limit", limit(fleet, n), *forks))
+        for n, persona in zip(sorted(SIZES, reverse=True), TOKENS[1:] + TOKENS[:1]):
+            new = secret(workdir, "new-token-%d" % n, persona)
+            results["rotation"][str(n)] = [measure(fleet, "rotation x%d" % n, current, "rotate-token", "--token-file",
+                                                   str(new), "--limit", limit(fleet, n), *forks)]
+    finally:
+        fleet.down()
+    return summarize(results)
+
+
+def median_wall(runs: list[dict]) -> float:
+    return statistics.median(r["wall_s"] for r in runs)
+
+
+def summarize(results: dict) -> dict:
+    for kind in ("noop_deploy", "rotation"):
+        runs = results[kind]
+        if "1" not in runs or not all(r["rc"] == 0 for rs in runs.values() for r in rs):
+            continue
+        base = median_wall(runs["1"])
+        for n in SIZES[1:]:
+            if str(n) in runs:
+                results["%s_%d_over_1" % (kind, n)] = round(median_wall(runs[str(n)]) / base, 3)
+    for n in SIZES:
+        if str(n) in results["noop_deploy"]:
+            results["hub_api_calls_noop_deploy_%d" % n] = max(r["hub_api_calls"] for r in results["noop_deploy"][str(n)])
+        if str(n) in results["rotation"]:
+            results["hub_api_calls_rotation_%d" % n] = results["rotation"][str(n)][0]["hub_api_calls"]
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one no-op deploy per size (default: --repeat 3)")
+    parser.add_argument("--repeat", type=int, help="no-op deploys per size (median is used)")
+    parser.add_argument("--fleet", choices=("ssh", "shared"), default="ssh",
+                        help="ssh: own network namespaces + sshd (default); shared: nsenter, shared namespace")
+    parser.add_argument("--forks", type=int, default=8, help="ansible forks (default 8: every host at once)")
+    parser.add_argument("--prefix", default="clibench", help="sandbox host name prefix")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    args = parser.parse_args()
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    started = time.monotonic()
+    results = run(args)
+    results["bench_wall_s"] = round(time.monotonic() - started, 1)
+    print("\nfleet: %s hosts, forks %d, load average %s" % (results["fleet"], args.forks,
+                                                              " ".join("%.1f" % x for x in os.getloadavg())))
+    for key in ("rotation_4_over_1", "rotation_8_over_1", "noop_deploy_4_over_1", "noop_deploy_8_over_1",
+                "hub_api_calls_noop_deploy_1", "hub_api_calls_noop_deploy_4", "hub_api_calls_noop_deploy_8",
+                "hub_api_calls_rotation_1", "hub_api_calls_rotation_8"):
+        print("%-30s %s" % (key, results.get(key, "n/a (a run failed, see above)")))
+    print("benchmark wall time %.0f s" % results["bench_wall_s"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`ct200`: fleet operations on ansible-runner.
+
+    ct200 status        -i INVENTORY [--limit L] [--forks N] [--json FILE]
+    ct200 preflight     -i INVENTORY ...
+    ct200 deploy        -i INVENTORY ... [--check] [--tags T] [--force-token]
+    ct200 drift         -i INVENTORY ... [--token-file FILE]
+    ct200 rotate-token  -i INVENTORY (--token-file FILE | --token-stdin) [--batches 1,25%]
+                        [--promote (--current-token-file FILE | --vault-file FILE)]
+    ct200 promote-token -i INVENTORY (--token-file FILE | --token-stdin) (--current-token-file FILE | --vault-file FILE)
+
+Exit codes: 0 every host ok; 1 a host failed or was unreachable, or the run failed;
+2 bad input or a refusal (nothing was run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+
+from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
+
+from ct200_fleet import REPO
+from ct200_fleet.errors import CliError
+from ct200_fleet.progress import FleetProgress, table
+from ct200_fleet.secret import (read_token_file, read_token_stdin, refuse_token_in_any_variable,
+                                refuse_token_in_environment, token_file_outside)
+
+PACKAGE_PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks")
+PLAYBOOKS = {
+    "preflight": str(REPO / "playbooks" / "preflight.yml"),
+    "deploy": str(REPO / "playbooks" / "deploy_kimi.yml"),
+    "rotate-token": str(REPO / "playbooks" / "rotate_hf_token.yml"),
+    "drift": str(REPO / "playbooks" / "token_drift.yml"),
+    "status": os.path.join(PACKAGE_PLAYBOOKS, "status.yml"),
+    "promote-token": str(REPO / "playbooks" / "promote_hf_token.yml"),
+}
+# Extra var naming the JSON report a playbook writes on the controller (per-host verdicts).
+REPORT_VARS = {
+    "preflight": "ct200_preflight_json",
+    "rotate-token": "ct200_report_json",
+    "drift": "ct200_report_json",
+    "promote-token": "ct200_report_json",
+}
+# Extra var naming the controller file with the token given to the command (read by the
+# playbook with lookup('file') under no_log; the token itself is never an extra var).
+TOKEN_FILE_VAR = {
+    "rotate-token": "hf_token_new_file",
+    "promote-token": "hf_token_new_file",
+    "drift": "hf_token_expected_file",
+}
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a whole number" % text) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _batches(text: str) -> list:
+    """'1,5%,25%' -> [1, '5%', '25%'] (Ansible serial: host counts or percentages)."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) > 0:
+            sizes.append(int(part))
+        elif part.endswith("%") and part[:-1].isdigit() and 0 < int(part[:-1]) <= 100:
+            sizes.append(part)
+        else:
+            raise argparse.ArgumentTypeError("%r: give batch sizes as host counts or percentages, e.g. 1,5%%,25%%"
+                                             % text)
+    return sizes
+
+
+def _add_token_source(parser, required: bool, what: str = "the new token") -> None:
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--token-file", metavar="FILE",
+                       help="file holding %s, one line (never pass a token with -e or the environment)" % what)
+    group.add_argument("--token-stdin", action="store_true", help="read %s from standard input" % what)
+
+
+def _add_promotion(parser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--current-token-file", metavar="FILE",
+                       help="controller file the inventory reads its current token from (ct200_hf_token_file): "
+                            "promoted by playbooks/promote_hf_token.yml, previous kept as a 0600 backup")
+    group.add_argument("--vault-file", metavar="FILE",
+                       help="variable file holding the inventory's current token (plain or ansible-vault): "
+                            "rewritten atomically, previous kept as <var>_previous")
+    parser.add_argument("--vault-var", default="vault_hf_token", metavar="NAME",
+                        help="variable of the current token in --vault-file (default: %(default)s)")
+
+
+def _add_run_options(parser) -> None:
+    parser.add_argument("-i", "--inventory", required=True, help="inventory path (file, directory or script)")
+    parser.add_argument("-l", "--limit", help="further limit the hosts (ansible --limit pattern)")
+    parser.add_argument("-f", "--forks", type=_positive_int, help="parallel hosts (ansible --forks)")
+    parser.add_argument("--json", metavar="FILE", dest="json_file", help="write the summary as JSON to FILE")
+    parser.add_argument("--private-data-dir", metavar="DIR",
+                        help="ansible-runner private data dir, kept after the run (default: a fresh "
+                             "temporary directory, removed at the end unless --keep-artifacts)")
+    parser.add_argument("--keep-artifacts", action="store_true", help="keep the temporary private data dir")
+    parser.add_argument("--vault-password-file", metavar="FILE",
+                        help="ansible-vault password file (the inventory's vault, and --vault-file)")
+    parser.add_argument("--playbook", help="run this playbook instead of the subcommand's own (advanced, tests)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="ansible-playbook verbosity (-vvv)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ct200", description="CT200 fleet operations on ansible-runner.",
+                                     epilog="exit codes: 0 all hosts ok, 1 a host failed, was unreachable or is "
+                                            "off the expected token, 2 bad input or refusal (nothing ran)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    helps = {
+        "preflight": "check every host before a deployment (playbooks/preflight.yml)",
+        "deploy": "deploy Kimi-K2.6 with the DFlash drafter (deploy_kimi.yml)",
+        "rotate-token": "roll a new Hugging Face token out, canary first, then batches (rotate_hf_token.yml)",
+        "drift": "list hosts off the expected token (the inventory's, or --token-file's); changes nothing",
+        "status": "read-only: SGLang units and token fingerprint per host",
+        "promote-token": "make a rotated token the inventory's current token, once every host holds it",
+    }
+    for name, text in helps.items():
+        cmd = sub.add_parser(name, help=text, description=text)
+        _add_run_options(cmd)
+        if name == "deploy":
+            cmd.add_argument("--check", action="store_true", help="dry run (ansible --check --diff)")
+            cmd.add_argument("--tags", help="only these phases (ansible --tags), e.g. hf_token,model_weights")
+            cmd.add_argument("--force-token", action="store_true",
+                             help="overwrite a host's different valid token with the inventory's (hf_token_force)")
+        if name == "drift":
+            _add_token_source(cmd, required=False, what="the token to expect (default: the inventory's current)")
+        if name == "rotate-token":
+            _add_token_source(cmd, required=True)
+            cmd.add_argument("--check", action="store_true", help="dry run: which hosts would rotate")
+            cmd.add_argument("--batches", type=_batches, metavar="LIST",
+                             help="rollout batch sizes after which the next batch starts, e.g. 1,5%%,25%% "
+                                  "(rotate_serial; default the playbook's 1,25%%)")
+            cmd.add_argument("--promote", action="store_true",
+                             help="after a rotation with every host ok, make the new token the current one "
+                                  "(--current-token-file or --vault-file)")
+            _add_promotion(cmd)
+        if name == "promote-token":
+            _add_token_source(cmd, required=True, what="the rotated token")
+            _add_promotion(cmd)
+    return parser
+
+
+def read_token(args, stdin) -> str | None:
+    if getattr(args, "token_file", None):
+        return read_token_file(args.token_file)
+    if getattr(args, "token_stdin", False):
+        return read_token_stdin(stdin)
+    return None
+
+
+def wants_promotion(args) -> bool:
+    return args.command == "promote-token" or getattr(args, "promote", False)
+
+
+def check_arguments(args) -> None:
+    if wants_promotion(args) and not (args.current_token_file or args.vault_file):
+        raise CliError("promotion needs where the inventory's current token lives: --current-token-file FILE "
+                       "(the file ct200_hf_token is read from) or --vault-file FILE (e.g. "
+                       "inventories/ct200/group_vars/ct200/vault.yml)")
+    if not os.path.exists(args.inventory):
+        raise CliError("inventory %s does not exist: give the path of an inventory file, directory or "
+                       "script (e.g. inventories/ct200)" % args.inventory)
+    # runner treats a relative string as inventory *content*; a path must be absolute
+    args.inventory = os.path.abspath(args.inventory)
+    playbook = args.playbook or PLAYBOOKS[args.command]
+    if not os.path.isfile(playbook):
+        raise CliError("playbook %s does not exist in this checkout: update the collection or give "
+                       "--playbook" % playbook)
+
+
+def write_json(path: str, data: dict) -> None:
+    atomic_write(os.path.abspath(path), json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o644)
+
+
+class PrivateDataDir:
+    """The runner's private data dir: the operator's (kept), or a fresh temporary one."""
+
+    def __init__(self, given: str | None, keep: bool):
+        self.kept = bool(given) or keep
+        if given:
+            os.makedirs(given, mode=0o700, exist_ok=True)
+            self.path = os.path.abspath(given)
+        else:
+            self.path = tempfile.mkdtemp(prefix="ct200-runner-")
+
+    def report_path(self, command: str) -> str:
+        path = os.path.join(self.path, "ct200-report", command + ".json")
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        return path
+
+    def close(self) -> None:
+        if not self.kept:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+class Session:
+    """One `ct200` invocation: its private data dir, the token file (if any), its output."""
+
+    def __init__(self, args, pdd: PrivateDataDir, out, token: str | None = None, token_path: str | None = None):
+        self.args, self.pdd, self.out, self.token, self.token_path = args, pdd, out, token, token_path
+
+    def run(self, command: str, playbook: str | None = None, extravars: dict | None = None, check: bool = False):
+        from ct200_fleet.fleet import run_playbook  # ansible-runner is imported only when something runs
+
+        args = self.args
+        extravars = dict(extravars or {})
+        report_path = None
+        if command in REPORT_VARS:
+            report_path = self.pdd.report_path(command)
+            extravars[REPORT_VARS[command]] = report_path
+        if self.token_path and command in TOKEN_FILE_VAR:
+            extravars[TOKEN_FILE_VAR[command]] = self.token_path
+        cmdline = (["--check", "--diff"] if check else []) + (
+            ["--vault-password-file", os.path.abspath(args.vault_password_file)] if args.vault_password_file else [])
+        return run_playbook(playbook or PLAYBOOKS[command], inventory=args.inventory, private_data_dir=self.pdd.path,
+                            progress=FleetProgress(out=self.out), limit=args.limit, forks=args.forks,
+                            extravars=extravars, cmdline=" ".join(map(shlex.quote, cmdline)) or None,
+                            verbosity=args.verbose, report_path=report_path, tags=getattr(args, "tags", None))
+
+
+def summarize(args, command: str, playbook: str, outcome, pdd: PrivateDataDir) -> dict:
+    return {
+        "command": command, "playbook": playbook, "inventory": args.inventory, "limit": args.limit,
+        "rc": outcome.rc, "runner_status": outcome.runner_status, "ok": outcome.ok,
+        "failed_hosts": outcome.failed_hosts, "hosts": [h.as_dict() for h in outcome.hosts],
+        "report": outcome.report, "private_data_dir": pdd.path if pdd.kept else None,
+        "artifact_dir": outcome.artifact_dir if pdd.kept else None,
+    }
+
+
+def report(outcome, out) -> None:
+    print("\n" + table(outcome.hosts), file=out)
+    if not outcome.ok:
+        print("FAILED: %s" % failure_cause(outcome), file=out)
+
+
+def failure_cause(outcome) -> str:
+    if outcome.failed_hosts:
+        return ", ".join(outcome.failed_hosts)
+    if outcome.rc == 0:
+        return "no host matched the inventory and --limit: check both"
+    return "ansible-playbook exited %d before any host failed:\n  %s" % (outcome.rc, "\n  ".join(outcome.stdout_tail))
+
+
+def main_extravars(args) -> dict:
+    extravars = {}
+    if getattr(args, "force_token", False):
+        extravars["hf_token_force"] = True
+    if getattr(args, "batches", None):
+        extravars["rotate_serial"] = args.batches
+    return extravars
+
+
+def run_command(session: Session) -> int:
+    args, out = session.args, session.out
+    if args.command == "promote-token":
+        result = promote(session)
+        summary = {"command": "promote-token", "ok": result["ok"], "promotion": result}
+    else:
+        playbook = args.playbook or PLAYBOOKS[args.command]
+        outcome = session.run(args.command, playbook, main_extravars(args), check=getattr(args, "check", False))
+        report(outcome, out)
+        summary = summarize(args, args.command, playbook, outcome, session.pdd)
+        if getattr(args, "promote", False):
+            if outcome.ok and not args.check:
+                summary["promotion"] = promote(session, fleet_proven=True)
+                summary["ok"] = summary["promotion"]["ok"]
+            else:
+                print("not promoted: the rotation did not succeed on every host; the inventory keeps its "
+                      "current token", file=out)
+    if args.json_file:
+        write_json(args.json_file, summary)
+    if session.pdd.kept:
+        print("runner private data dir: %s" % session.pdd.path, file=out)
+    return EXIT_OK if summary["ok"] else EXIT_FAILED
+
+
+def promote(session: Session, fleet_proven: bool = False) -> dict:
+    """Promotion through promote_hf_token.yml (token file inventories) or the vault file rewrite.
+
+    Either way every host must already hold the pending token: the playbook checks it itself;
+    for a vault file, the rotation that just succeeded proved it, or token_drift.yml does."""
+    from ct200_fleet.promote import promote as promote_vault_file
+
+    args, out = session.args, session.out
+    if args.current_token_file:
+        outcome = session.run("promote-token", extravars={"ct200_hf_token_file": os.path.abspath(args.current_token_file)})
+        report(outcome, out)
+        print(("promoted: the inventory's current token (%s) is now the rotated one" if outcome.ok else
+               "not promoted: %s keeps the previous token") % args.current_token_file, file=out)
+        return {"ok": outcome.ok, "method": "promote_hf_token.yml", "path": os.path.abspath(args.current_token_file),
+                "rc": outcome.rc, "hosts": [h.as_dict() for h in outcome.hosts]}
+    result = {"method": "vault-file"}
+    if not fleet_proven:
+        outcome = session.run("drift")
+        report(outcome, out)
+        result["hosts"] = [h.as_dict() for h in outcome.hosts]
+        if not outcome.ok:
+            print("not promoted: not every host holds the rotated token (see above); %s is unchanged"
+                  % args.vault_file, file=out)
+            return dict(result, ok=False)
+    result.update(promote_vault_file(args.vault_file, session.token, var=args.vault_var,
+                                vault_password_file=args.vault_password_file))
+    verb = "promoted" if result["changed"] else "already current"
+    print("%s: %s %s -> %s in %s (previous kept as %s_previous)" % (
+        verb, result["var"], result["previous_fingerprint"], result["fingerprint"], result["path"], result["var"]),
+        file=out)
+    return dict(result, ok=True)
+
+
+def main(argv=None, stdin=None, out=None) -> int:
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        refuse_token_in_environment(os.environ)
+        check_arguments(args)
+        token = read_token(args, stdin or sys.stdin.buffer)
+        if token is not None:
+            refuse_token_in_any_variable(token, os.environ)
+        pdd = PrivateDataDir(args.private_data_dir, args.keep_artifacts)
+        try:
+            if token is None:
+                return run_command(Session(args, pdd, out))
+            with token_file_outside(token, pdd.path) as token_path:
+                return run_command(Session(args, pdd, out, token, token_path))
+        finally:
+            pdd.close()
+    except CliError as exc:
+        print("ct200: %s" % exc, file=sys.stderr)
+        return EXIT_REFUSED

@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Per-host progress from ansible-runner events, and the end-of-run summary per host.
+
+Only fields Ansible has already censored for ``no_log`` tasks are read (status,
+task name, ``msg``, ``changed``, and ``ansible_facts`` the playbooks publish for
+this command: ``ct200_token_fingerprint``), never task arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+RESULT_EVENTS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+# Roles validating their arguments: one line per role and host says nothing.
+QUIET_ACTIONS = {"validate_argument_spec", "ansible.builtin.validate_argument_spec"}
+FINGERPRINT_FACT = "ct200_token_fingerprint"
+UNITS_FACT = "ct200_sglang_units"
+MSG_WIDTH = 160
+
+
+@dataclasses.dataclass
+class HostSummary:
+    host: str
+    status: str = "not run"  # ok | failed | unreachable | not run
+    ok: int = 0
+    changed: int = 0
+    failures: int = 0
+    unreachable: int = 0
+    rescued: int = 0
+    failed_task: str | None = None
+    message: str | None = None
+    fingerprint: str | None = None
+    units: dict | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data.update(data.pop("extra"))
+        return data
+
+
+def _one_line(text, width=MSG_WIDTH) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+class FleetProgress:
+    """runner ``event_handler``: prints ``host: task -> status`` as results arrive, keeps per-host state."""
+
+    def __init__(self, out=None, verbose_skips=False):
+        self.out = out or sys.stdout
+        self.verbose_skips = verbose_skips
+        self.hosts: dict[str, HostSummary] = {}
+        self.processed: set[str] = set()
+
+    def host(self, name: str) -> HostSummary:
+        if name not in self.hosts:
+            self.hosts[name] = HostSummary(name)
+        return self.hosts[name]
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event")
+        data = event.get("event_data") or {}
+        if kind == "playbook_on_play_start":
+            self._print("== %s" % (data.get("name") or data.get("pattern") or "play"))
+        elif kind in RESULT_EVENTS:
+            self._on_result(RESULT_EVENTS[kind], data)
+        elif kind == "playbook_on_stats":
+            self._on_stats(data)
+        return True  # keep runner's own job_events record
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.out, flush=True)
+
+    def _on_result(self, status: str, data: dict) -> None:
+        name = data.get("host")
+        if not name:
+            return
+        res = data.get("res") if isinstance(data.get("res"), dict) else {}
+        host = self.host(name)
+        facts = res.get("ansible_facts") if isinstance(res.get("ansible_facts"), dict) else {}
+        if isinstance(facts.get(FINGERPRINT_FACT), str):
+            host.fingerprint = facts[FINGERPRINT_FACT]
+        if isinstance(facts.get(UNITS_FACT), dict):
+            host.units = facts[UNITS_FACT]
+        if status == "ok" and res.get("changed"):
+            status = "changed"
+        ignored = bool(data.get("ignore_errors"))
+        if status in ("failed", "unreachable") and not ignored:
+            host.failed_task = data.get("task")
+            host.message = _one_line(res.get("msg", "")) or None
+        if status == "skipped" and not self.verbose_skips or status == "ok" and data.get("task_action") in QUIET_ACTIONS:
+            return
+        line = "%s: %s -> %s" % (name, data.get("task"), status + (" (ignored)" if ignored else ""))
+        if status in ("failed", "unreachable") and res.get("msg"):
+            line += ": " + _one_line(res["msg"])
+        self._print(line)
+
+    def _on_stats(self, data: dict) -> None:
+        counts = {key: data.get(key) or {} for key in ("ok", "changed", "failures", "dark", "rescued", "processed")}
+        names = set().union(*(counts[k].keys() for k in counts))
+        self.processed |= names
+        for name in names:
+            host = self.host(name)
+            host.ok = counts["ok"].get(name, 0)
+            host.changed = counts["changed"].get(name, 0)
+            host.failures = counts["failures"].get(name, 0)
+            host.unreachable = counts["dark"].get(name, 0)
+            host.rescued = counts["rescued"].get(name, 0)
+
+    def finish(self, inventory_hosts=()) -> list[HostSummary]:
+        """Final status per host; inventory hosts the run never reached are 'not run'."""
+        for name in inventory_hosts:
+            self.host(name)
+        for host in self.hosts.values():
+            host.status = _final_status(host, self.processed)
+        return [self.hosts[name] for name in sorted(self.hosts)]
+
+
+def _final_status(host: HostSummary, processed: set) -> str:
+    if host.unreachable:
+        return "unreachable"
+    if host.failures:
+        return "failed"
+    if host.host not in processed:  # no recap for it: never reached, or the run died
+        return "failed" if host.failed_task else "not run"
+    return "ok"
+
+
+def table(hosts: list[HostSummary]) -> str:
+    """Plain-text summary: host, status, changed, failed task, token fingerprint."""
+    header = ("HOST", "STATUS", "CHANGED", "FAILED TASK", "TOKEN")
+    rows = [(h.host, h.status, str(h.changed), _one_line(h.failed_task or h.message or "-", 70),
+             h.fingerprint or "-") for h in hosts]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join("%%-%ds" % w for w in widths)
+    return "\n".join((fmt % row).rstrip() for row in [header, *rows])
