@@ -128,7 +128,9 @@ def source_order(hosts, host, seed=None, fanout=1):
 # -------------------------------------------------------------------- listing
 def hub_listing(repo_id, revision, local_dir, token=None, endpoint=None, repo_type="model",
                 allow_patterns=None, ignore_patterns=None):
-    """(commit, {path: {"size", "oid", "lfs"}}) of the selected files, from the Hub (on the seed)."""
+    """(commit, {path: {"size", "oid", "lfs"}}, hidden paths) of the selected files, from the Hub (on the seed).
+
+    Hidden paths (``.gitattributes``...) are left out of the fan-out: peers serve no dot path."""
     from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
 
     opts = hf_transfer.Options(repo_id, local_dir, revision=revision, repo_type=repo_type, token=token,
@@ -142,11 +144,18 @@ def hub_listing(repo_id, revision, local_dir, token=None, endpoint=None, repo_ty
         raise FanoutError("the Hub hid the sha256 of %s's files" % repo_id,
                           fix="run the listing with a token that has access to the repository")
     selected, unmatched = hf_transfer.select(tree, allow_patterns, ignore_patterns)
+    hidden = [path for path in selected if is_hidden(path)]
+    selected = [path for path in selected if not is_hidden(path)]
     if not selected:
         raise FanoutError("no file of %s@%s is selected (unmatched allow patterns: %s)"
                           % (repo_id, commit[:12], ", ".join(unmatched) or "none"),
                           fix="check allow_patterns/ignore_patterns")
-    return commit, dict((path, tree[path]) for path in selected)
+    return commit, dict((path, tree[path]) for path in selected), hidden
+
+
+def is_hidden(path):
+    """A path with a component starting with a dot: peers never serve it (state, temp files, git metadata)."""
+    return any(part.startswith(".") for part in path.split("/"))
 
 
 def validate_listing(files):
@@ -157,9 +166,9 @@ def validate_listing(files):
     clean = {}
     for path, info in files.items():
         safe_relpath(path, "listed file")
-        if path.split("/")[0].startswith("."):
-            raise FanoutError("listed file %r is hidden (leading dot); peers never serve such paths" % path,
-                              fix="exclude it with ignore_patterns")
+        if is_hidden(path):
+            raise FanoutError("listed file %r is hidden (a component starts with a dot); peers never serve it"
+                              % path, fix="pass the listing of mode=list unchanged (it leaves hidden files out)")
         size, oid, lfs = (info or {}).get("size"), (info or {}).get("oid"), bool((info or {}).get("lfs"))
         want = 64 if lfs else 40
         if not isinstance(size, int) or size < 0 or not isinstance(oid, str) or len(oid) != want \

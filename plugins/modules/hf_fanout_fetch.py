@@ -151,6 +151,13 @@ files:
   description: mode=list. path -> {size, oid, lfs} of the selected files; hand it to every host unchanged.
   returned: mode=list
   type: dict
+hidden_skipped:
+  description:
+    - mode=list. Selected paths with a component starting with a dot (for example C(.gitattributes)); peers never
+      serve dot paths, so they are left out of the fan-out (the seed's M(ct200.deploy.hf_download) still has them).
+  returned: mode=list
+  type: list
+  elements: str
 bytes_by_source:
   description: mode=fetch. Bytes received per source name (peer host names, C(hub)).
   returned: mode=fetch
@@ -184,10 +191,11 @@ from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePath
 
 def _list(module):
     p = module.params
-    commit, files = fanout.hub_listing(p["repo_id"], p["revision"], p["local_dir"], token=p["token"],
+    commit, files, hidden = fanout.hub_listing(p["repo_id"], p["revision"], p["local_dir"], token=p["token"],
                                        endpoint=p["endpoint"], repo_type=p["repo_type"],
                                        allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"])
-    return {"changed": False, "commit": commit, "files": files, "bytes_total": sum(f["size"] for f in files.values())}
+    return {"changed": False, "commit": commit, "files": files, "hidden_skipped": hidden,
+            "bytes_total": sum(f["size"] for f in files.values())}
 
 
 def _fetcher(module):
