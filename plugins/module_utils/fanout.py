@@ -68,6 +68,14 @@ def site_order(hosts, seed=None):
     return [seed] + [h for h in hosts if h != seed]
 
 
+def check_fanout(fanout):
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 1:
+        raise FanoutError("fanout must be an integer >= 1, got %r" % (fanout,),
+                          fix="set the fan-out (children per host): 1 = chain (10 GbE), 2 = binary tree (25 GbE), "
+                              "more on 100 GbE")
+    return fanout
+
+
 def parent_of(index, fanout):
     return None if index == 0 else (index - 1) // fanout
 
@@ -87,9 +95,7 @@ def depth_of(index, fanout):
 
 def topology(hosts, seed=None, fanout=1):
     """``{host: {"index", "parent", "depth", "children"}}`` of the k-ary tree."""
-    if not isinstance(fanout, int) or fanout < 1:
-        raise FanoutError("fanout must be an integer >= 1 (1 = chain), got %r" % (fanout,),
-                          fix="set the fan-out (children per host) to 1 for 10 GbE, 2 for 25 GbE, more on 100 GbE")
+    check_fanout(fanout)
     order = site_order(hosts, seed)
     tree = {}
     for index, host in enumerate(order):
@@ -107,6 +113,7 @@ def source_order(hosts, host, seed=None, fanout=1):
 
     The Hub is appended by the fetcher when allowed.  Empty for the seed itself.
     """
+    check_fanout(fanout)
     order = site_order(hosts, seed)
     if host not in order:
         raise FanoutError("host %r is not one of the site's hosts %s" % (host, order),
