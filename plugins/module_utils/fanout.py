@@ -22,14 +22,18 @@ PRIVATE to the ct200.deploy collection.
   (``/_ct200/NAME/progress.json``): no change for ``peer_stall_timeout`` seconds = not coming.
 * **Bytes** move through the same engine as a Hub download (``hf_transfer_engine.Engine``):
   resumable part files under ``.ct200/tmp``, stall watchdog, hash while writing, rename after
-  verification, manifest record.  One file per engine run, so each file can have its own source.
+  verification, manifest record.  One file per engine run, so each file can have its own source;
+  ``parallel_files`` runs overlap (in path order), so per-file round trips do not add up.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import hashlib
 import http.client
 import json
 import os
+import threading
 import time
 import urllib.parse
 
@@ -241,29 +245,41 @@ class Probe(object):
             return None
         if not isinstance(data, dict):
             return None
-        return (data.get("state"), data.get("bytes_done"), data.get("bytes_fetched"), data.get("files_done"))
+        # "upstream" carries the progress of the source this peer is waiting on, so a chain that waits
+        # on a working seed looks alive all the way down, and a stalled one looks stalled.
+        return (data.get("state"), data.get("bytes_done"), data.get("bytes_fetched"), data.get("files_done"),
+                json.dumps(data.get("upstream"), sort_keys=True))
 
 
-def wait_for(probe, base, path, size, wait, stall, poll, clock=time.monotonic, sleep=time.sleep):
+def wait_for(probe, base, path, size, wait, stall, poll, clock=time.monotonic, sleep=time.sleep,
+             progress_every=1.0, on_seen=None):
     """Poll until ``base`` has ``path``: "has", "down", or "gave_up" (no progress for ``stall``
-    seconds, the peer finished/failed without it, or ``wait`` seconds in all)."""
+    seconds, the peer finished/failed without it, or ``wait`` seconds in all).
+
+    ``HEAD`` after ``poll`` seconds, then less often the longer the wait (up to 0.5 s): the file a child waits for longest is rarely the next to appear, and every request costs
+    the peer CPU.  The progress document only every ``progress_every`` seconds."""
     started = last_change = clock()
     last_seen = None
+    next_progress = started
+    interval = poll
     while True:
         verdict = probe.has(base, path, size)
         if verdict != "lacks" or not wait:
             return verdict if verdict != "lacks" else "gave_up"
-        seen = probe.progress(base)
         now = clock()
-        if seen is not None and seen[0] in ("done", "failed"):
-            if probe.has(base, path, size) == "has":
-                return "has"
-            return "gave_up"
-        if seen != last_seen:
-            last_seen, last_change = seen, now
+        if now >= next_progress:
+            next_progress = now + progress_every
+            seen = probe.progress(base)
+            if seen is not None and seen[0] in ("done", "failed"):
+                return "has" if probe.has(base, path, size) == "has" else "gave_up"
+            if seen != last_seen:
+                last_seen, last_change = seen, now
+                if on_seen is not None:
+                    on_seen(seen)
         if now - last_change >= stall or now - started >= wait:
             return "gave_up"
-        sleep(poll)
+        sleep(interval)
+        interval = min(interval * 1.5, max(poll, 0.5))
 
 
 # -------------------------------------------------------------------- fetcher
@@ -308,11 +324,30 @@ def hub_source(endpoint, token=None):
     return Source("hub", "hub", endpoint, headers=headers, allowed_origins=set(HUB_ORIGINS) | {origin_of(endpoint)})
 
 
+class SharedManifest(object):
+    """The one manifest of a run, shared by concurrent engine runs: each engine records into it
+    and snapshots it to save; both go under one lock here (an engine only locks itself)."""
+
+    def __init__(self, manifest):
+        self._manifest = manifest
+        self._lock = threading.Lock()
+        self.local_dir = manifest.local_dir
+
+    @property
+    def data(self):
+        with self._lock:
+            return json.loads(json.dumps(self._manifest.data))
+
+    def record(self, *args):
+        with self._lock:
+            self._manifest.record(*args)
+
+
 class Fetcher(object):
     """Fetch the listed files of one repository into ``local_dir`` from ``sources``, in path order."""
 
     def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
-                 peer_stall=60.0, poll=0.2, stall_timeout=30.0, max_workers=4, source_attempts=2,
+                 peer_stall=60.0, poll=0.2, stall_timeout=30.0, max_workers=4, source_attempts=2, parallel_files=4,
                  progress_interval=1.0, probe=None, clock=time.monotonic, sleep=time.sleep):
         self.local_dir = os.path.abspath(local_dir)
         self.repo_id = repo_id
@@ -326,6 +361,8 @@ class Fetcher(object):
         self.stall_timeout = stall_timeout
         self.max_workers = max_workers
         self.source_attempts = source_attempts
+        self.parallel_files = max(1, int(parallel_files))
+        self.lock = threading.Lock()
         self.progress_interval = progress_interval
         self.probe = probe or Probe(timeout=min(5.0, stall_timeout))
         self.clock = clock
@@ -336,7 +373,8 @@ class Fetcher(object):
         self.fallbacks = []
         self.done_bytes = 0
         self.done_files = 0
-        self.current = None
+        self.running = set()
+        self.upstream = None
         self.plan = None
         self.started = clock()
         self.last_progress = 0.0
@@ -344,8 +382,9 @@ class Fetcher(object):
     # ------------------------------------------------------------- progress
     def progress_doc(self, state, error=None):
         plan = self.plan
-        current = self.current.stats.bytes_fetched if self.current is not None else 0
-        fetched = sum(self.by_source.values()) + current
+        with self.lock:
+            current = sum(engine.stats.bytes_fetched for engine in self.running)
+            fetched = sum(self.by_source.values()) + current
         total = plan.bytes_total if plan else 0
         present = plan.bytes_present if plan else 0
         elapsed = max(self.clock() - self.started, 1e-6)
@@ -359,7 +398,7 @@ class Fetcher(object):
             "files_to_fetch": len(plan.to_fetch) if plan else 0,
             "rate": round(fetched / elapsed, 1), "eta_seconds": None, "elapsed": round(elapsed, 1),
             "retries": len(self.fallbacks), "updated": time.time(), "error": error,
-            "sources": dict(self.by_source),
+            "sources": dict(self.by_source), "upstream": self.upstream,
         }
 
     def write_progress(self, state, error=None):
@@ -371,10 +410,18 @@ class Fetcher(object):
             pass  # progress is advisory; the run goes on
         return doc
 
+    def _upstream_moved(self, seen):
+        with self.lock:
+            self.upstream = hashlib.sha256(repr(seen).encode("utf-8")).hexdigest()[:16]
+        self._tick()
+
     def _tick(self, _engine=None):
         now = self.clock()
-        if now - self.last_progress >= self.progress_interval:
-            self.last_progress = now
+        with self.lock:
+            due = now - self.last_progress >= self.progress_interval
+            if due:
+                self.last_progress = now
+        if due:
             self.write_progress("running")
 
     # ------------------------------------------------------------------ run
@@ -407,8 +454,7 @@ class Fetcher(object):
             manifest.save()
             self.write_progress("running")
             try:
-                for pf in sorted(plan.to_fetch, key=lambda f: f.path):
-                    self._fetch_file(pf, manifest, engine_mod)
+                self._fetch_all(sorted(plan.to_fetch, key=lambda f: f.path), SharedManifest(manifest), engine_mod)
             except FanoutError as exc:
                 manifest.save()
                 self.write_progress("failed", error=exc.message)
@@ -428,6 +474,23 @@ class Fetcher(object):
             "seconds": round(self.clock() - self.started, 3),
         }
 
+    def _fetch_all(self, files, manifest, engine_mod):
+        """Files in path order, ``parallel_files`` at a time; the first failure stops the rest."""
+        stop = threading.Event()
+
+        def one(pf):
+            if not stop.is_set():
+                try:
+                    self._fetch_file(pf, manifest, engine_mod)
+                except BaseException:
+                    stop.set()
+                    raise
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.parallel_files) as pool:
+            futures = [pool.submit(one, pf) for pf in files]
+            for future in futures:
+                future.result()
+
     def _fetch_file(self, pf, manifest, engine_mod):
         causes = []
         for source in self.sources:
@@ -435,11 +498,12 @@ class Fetcher(object):
                 continue
             outcome = self._from_source(pf, source, manifest, engine_mod)
             if outcome == "ok":
-                if causes:
-                    self.fallbacks.append({"path": pf.path, "source": source.describe(), "after": causes})
-                self.done_files += 1
-                self.done_bytes += pf.size
-                self.files_by_source[source.name] = self.files_by_source.get(source.name, 0) + 1
+                with self.lock:
+                    if causes:
+                        self.fallbacks.append({"path": pf.path, "source": source.describe(), "after": causes})
+                    self.done_files += 1
+                    self.done_bytes += pf.size
+                    self.files_by_source[source.name] = self.files_by_source.get(source.name, 0) + 1
                 return
             causes.append("%s: %s" % (source.describe(), outcome))
         raise FanoutError("no source could deliver %s verified (%s)" % (pf.path, "; ".join(causes) or "no sources"),
@@ -454,7 +518,7 @@ class Fetcher(object):
             if source.kind != "hub":
                 verdict = wait_for(self.probe, source.base, pf.path, pf.size,
                                    self.peer_wait if source.wait else 0, self.peer_stall, self.poll,
-                                   clock=self.clock, sleep=self.sleep)
+                                   clock=self.clock, sleep=self.sleep, on_seen=self._upstream_moved)
                 if verdict == "down":
                     source.down = True
                     return "down"
@@ -465,7 +529,8 @@ class Fetcher(object):
             if outcome == "ok":
                 return "ok"
             if outcome == "rejected":
-                self.rejected.append({"path": pf.path, "source": source.describe(), "resumed_bytes": resumed})
+                with self.lock:
+                    self.rejected.append({"path": pf.path, "source": source.describe(), "resumed_bytes": resumed})
                 if not resumed:
                     return "bytes failed verification"
                 # the part file it resumed came from another source; it is gone now: try once more clean
@@ -487,7 +552,8 @@ class Fetcher(object):
             self.local_dir, [pf], source.headers, source.allowed_origins, manifest, self.commit,
             max_workers=self.max_workers, verify="sha256", stall_timeout=self.stall_timeout, retries=0,
             on_progress=self._tick, progress_interval=self.progress_interval)
-        self.current = engine
+        with self.lock:
+            self.running.add(engine)
         try:
             engine.run()
             outcome, detail = "ok", ""
@@ -495,7 +561,7 @@ class Fetcher(object):
             outcome = "rejected" if engine.stats.refetched else "failed"
             detail = str(exc)
         finally:
-            self.current = None
-            got = engine.stats.bytes_fetched
-            self.by_source[source.name] = self.by_source.get(source.name, 0) + got
+            with self.lock:
+                self.running.discard(engine)
+                self.by_source[source.name] = self.by_source.get(source.name, 0) + engine.stats.bytes_fetched
         return outcome, engine.stats.bytes_resumed, detail

@@ -116,6 +116,12 @@ options:
     description: O(mode=fetch). Parallel byte ranges of one big file from one source.
     type: int
     default: 4
+  parallel_files:
+    description:
+      - O(mode=fetch). Files in flight at once (taken in path order), so the per-file round trips of the
+        pipeline overlap.
+    type: int
+    default: 4
 notes:
   - Check mode (O(mode=fetch)) reports the files that would be fetched and writes nothing.
 """
@@ -215,7 +221,8 @@ def _fetcher(module):
                                  fix="run ct200.deploy.hf_download on the seed (it talks to the Hub)")
     return fanout.Fetcher(p["local_dir"], p["repo_id"], p["commit"], p["files"], sources, repo_type=p["repo_type"],
                           peer_wait=p["peer_wait_timeout"], peer_stall=p["peer_stall_timeout"], poll=p["poll_interval"],
-                          stall_timeout=p["stall_timeout"], max_workers=p["max_workers"])
+                          stall_timeout=p["stall_timeout"], max_workers=p["max_workers"],
+                          parallel_files=p["parallel_files"])
 
 
 def main():
@@ -242,6 +249,7 @@ def main():
             poll_interval=dict(type="float", default=0.2),
             stall_timeout=dict(type="float", default=30.0),
             max_workers=dict(type="int", default=4),
+            parallel_files=dict(type="int", default=4),
         ),
         supports_check_mode=True,
     )

@@ -3,7 +3,7 @@
 
 Each host ``fo-TAG-hN`` and the Hub ``fo-TAG-hub`` is its own network namespace with one
 veth link to a bridge in ``fo-TAG-sw``; nothing is created in the machine's own namespace.
-``tc tbf`` shapes both directions of every link: the Hub's at ``hub_rate``, the hosts' at
+``tc tbf`` (short queue) shapes both directions of every link: the Hub's at ``hub_rate``, the hosts' at
 ``host_rate``.  In the namespaces run the real pieces: ``localhub`` (the Hub, its own
 counters at ``/_admin/stats``), Debian's nginx (unpacked from the nginx-light packages by
 ``local_apt_repo.sh``) with the ``weight_peer`` role's own template, and the collection's
@@ -92,6 +92,14 @@ class Site(object):
         shutil.rmtree(self.workdir, ignore_errors=True)
         os.makedirs(self.workdir, exist_ok=True)
         os.chmod(self.workdir, 0o755)
+        try:
+            self._build()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _build(self):
         sw = self.ns("sw")
         sh("ip", "netns", "add", sw)
         sh("ip", "netns", "exec", sw, "ip", "link", "add", "br0", "type", "bridge")
@@ -99,7 +107,6 @@ class Site(object):
         self._link("hub", HUB_IP, self.hub_rate)
         for host in self.hosts:
             self._link(host, self.ip(host), self.host_rate)
-        return self
 
     def _link(self, name, address, rate):
         ns, sw = self.ns(name), self.ns("sw")
@@ -109,10 +116,12 @@ class Site(object):
         for cmd in (("ip", "link", "set", "lo", "up"), ("ip", "link", "set", "eth0", "up")):
             sh("ip", "netns", "exec", ns, *cmd)
         sh("ip", "netns", "exec", sw, "ip", "link", "set", name, "master", "br0", "up")
-        # egress of the host (what it sends) and of the switch port (what it receives)
+        # egress of the host (what it sends) and of the switch port (what it receives).  A short queue
+        # (10 ms), as on a real NIC: with a long FIFO, ACKs of a host's download wait behind its uploads
+        # to its children (this kernel has no fq_codel to separate the flows).
         for where, dev in ((ns, "eth0"), (sw, name)):
             sh("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-               "burst", "64kb", "latency", "200ms")
+               "burst", "64kb", "latency", "10ms")
 
     def down(self):
         for proc in self.procs:
