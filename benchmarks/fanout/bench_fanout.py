@@ -123,7 +123,7 @@ def main(argv=None):
     ap.add_argument("--verbose", action="store_true", help="print when each host finished")
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between HEAD polls of a peer")
     args = ap.parse_args(argv)
-    shards = args.shards or ("48x1MiB" if args.quick else "96x2MiB")
+    shards = args.shards or ("12x4MiB" if args.quick else "24x4MiB")
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces, tc)")
     data_dir = os.path.join(REPO, ".cache", "fanout", "hub-" + shards)

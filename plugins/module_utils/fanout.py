@@ -198,16 +198,32 @@ def _split(url):
     return parts
 
 
+_KEPT = threading.local()  # one kept-alive connection per thread and peer: polls cost no handshake
+
+
 def _request(url, method, timeout):
     parts = _split(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    try:
-        conn.request(method, parts.path or "/", headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
-        resp = conn.getresponse()
-        body = resp.read(65536) if method == "GET" else b""
-        return resp.status, resp.getheader("Content-Length"), body
-    finally:
-        conn.close()
+    key = (parts.hostname, parts.port or 80)
+    conns = _KEPT.__dict__.setdefault("conns", {})
+    for attempt in (0, 1):
+        conn = conns.get(key)
+        if conn is None:
+            conn = conns[key] = http.client.HTTPConnection(key[0], key[1], timeout=timeout)
+        try:
+            conn.request(method, parts.path or "/", headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+            resp = conn.getresponse()
+            body = resp.read(65536) if method == "GET" else b""
+            if method == "GET" and not resp.isclosed():
+                resp.read()  # drain: the connection stays usable
+            if resp.will_close:
+                conns.pop(key).close()
+            return resp.status, resp.getheader("Content-Length"), body
+        except (OSError, http.client.HTTPException):
+            conns.pop(key, None)
+            conn.close()
+            if attempt:
+                raise
+    raise OSError("unreachable")  # pragma: no cover
 
 
 def file_url(base, path):
@@ -256,7 +272,7 @@ def wait_for(probe, base, path, size, wait, stall, poll, clock=time.monotonic, s
     """Poll until ``base`` has ``path``: "has", "down", or "gave_up" (no progress for ``stall``
     seconds, the peer finished/failed without it, or ``wait`` seconds in all).
 
-    ``HEAD`` after ``poll`` seconds, then less often the longer the wait (up to 0.5 s): the file a child waits for longest is rarely the next to appear, and every request costs
+    ``HEAD`` after ``poll`` seconds, then less often the longer the wait (up to 0.25 s): the file a child waits for longest is rarely the next to appear, and every request costs
     the peer CPU.  The progress document only every ``progress_every`` seconds."""
     started = last_change = clock()
     last_seen = None
@@ -279,7 +295,7 @@ def wait_for(probe, base, path, size, wait, stall, poll, clock=time.monotonic, s
         if now - last_change >= stall or now - started >= wait:
             return "gave_up"
         sleep(interval)
-        interval = min(interval * 1.5, max(poll, 0.5))
+        interval = min(interval * 1.5, max(poll, 0.25))
 
 
 # -------------------------------------------------------------------- fetcher
@@ -475,8 +491,13 @@ class Fetcher(object):
         }
 
     def _fetch_all(self, files, manifest, engine_mod):
-        """Files in path order, ``parallel_files`` at a time; the first failure stops the rest."""
+        """Files in path order, ``parallel_files`` at a time; the first failure stops the rest.
+
+        One poller per host: this thread waits until the first source that is worth waiting for
+        (parent, else seed) has the next file, then hands it to a worker.  Workers run the full
+        source order themselves, so a parent that dies or gives up is handled per file."""
         stop = threading.Event()
+        primary = next((source for source in self.sources if source.wait), None)
 
         def one(pf):
             if not stop.is_set():
@@ -487,7 +508,18 @@ class Fetcher(object):
                     raise
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.parallel_files) as pool:
-            futures = [pool.submit(one, pf) for pf in files]
+            futures = []
+            for pf in files:
+                if stop.is_set():
+                    break
+                if primary is not None and not primary.down:
+                    verdict = wait_for(self.probe, primary.base, pf.path, pf.size, self.peer_wait, self.peer_stall,
+                                       self.poll, clock=self.clock, sleep=self.sleep, on_seen=self._upstream_moved)
+                    if verdict == "down":
+                        primary.down = True
+                    elif verdict == "gave_up":
+                        primary = None  # the workers wait (or not) per file from here on
+                futures.append(pool.submit(one, pf))
             for future in futures:
                 future.result()
 

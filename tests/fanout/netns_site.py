@@ -115,6 +115,11 @@ class Site(object):
         sh("ip", "netns", "exec", ns, "ip", "addr", "add", address + "/24", "dev", "eth0")
         for cmd in (("ip", "link", "set", "lo", "up"), ("ip", "link", "set", "eth0", "up")):
             sh("ip", "netns", "exec", ns, *cmd)
+        # 4 MiB initial TCP buffers (per namespace): on this loaded shared machine a thread may wait
+        # tens of ms for a CPU; with the default 128 KiB window the sender stops meanwhile, so the
+        # transfer would measure scheduling latency instead of links.  Hosts tuned for bulk do the same.
+        sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 4194304 16777216",
+           "net.ipv4.tcp_wmem=4096 4194304 16777216")
         sh("ip", "netns", "exec", sw, "ip", "link", "set", name, "master", "br0", "up")
         # egress of the host (what it sends) and of the switch port (what it receives).  A short queue
         # (10 ms), as on a real NIC: with a long FIFO, ACKs of a host's download wait behind its uploads
@@ -245,7 +250,7 @@ class Site(object):
         hosts = hosts or self.hosts
         args = {"repo_id": repo_id, "local_dir": self.local_dir(host), "commit": commit, "files": files,
                 "peers": [{"name": h, "url": self.peer_url(h)} for h in hosts], "host": host, "fanout": fanout,
-                "use_hub": use_hub, "endpoint": self.hub_url, "poll_interval": 0.05, "peer_stall_timeout": 20,
+                "use_hub": use_hub, "endpoint": self.hub_url, "poll_interval": 0.05, "peer_stall_timeout": 30,
                 "stall_timeout": 10}
         args.update(extra)
         return args
