@@ -16,7 +16,7 @@ description:
     O(mode=fetch) and the listing, and takes the bytes from its peers over the LAN.
   - B(Topology.) The hosts of O(peers), seed first, form a tree in which host C(i) has parent
     C((i-1)//fanout); O(fanout=1) is a chain (10 GbE), 2 a binary tree (25 GbE), more for faster links.
-  - B(Sources per file), in path order: the parent (waited for while it makes progress, so a child starts a file
+  - B(Sources per file), in path order, are the parent (waited for while it makes progress, so a child starts a file
     as soon as its parent has verified it), any other peer that has the file, the seed (waited for), and the Hub
     when O(use_hub) is true. A source that refuses connections is dropped for the run; one whose bytes do not
     hash to the listed oid is dropped for that file (it costs that file once).
@@ -135,7 +135,7 @@ EXAMPLES = r"""
     local_dir: /models/moonshotai/Kimi-K2.6
   register: listing
   run_once: true
-  delegate_to: "{{ seed }}"
+  delegate_to: "{{ ansible_play_hosts_all[0] }}"
 
 - name: Fetch from the peers (the seed runs ct200.deploy.hf_download at the same time)
   ct200.deploy.hf_fanout_fetch:
@@ -143,7 +143,12 @@ EXAMPLES = r"""
     local_dir: /models/moonshotai/Kimi-K2.6
     commit: "{{ listing.commit }}"
     files: "{{ listing.files }}"
-    peers: "{{ ansible_play_hosts_all | map('extract', hostvars) | map(attribute='weight_peer_url') | ... }}"
+    peers: >-
+      {%- set out = [] -%}
+      {%- for h in ansible_play_hosts_all -%}
+      {%-   set _ = out.append({'name': h, 'url': 'http://' ~ hostvars[h].ansible_facts.default_ipv4.address ~ ':8790/target'}) -%}
+      {%- endfor -%}
+      {{- out -}}
     host: "{{ inventory_hostname }}"
     fanout: 2
 """
