@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Test support: a flat apt repository with nginx-light and what it pulls in on bookworm
+# Test support: a flat apt repository with nginx-light and what it pulls in on bookworm (and python3-apt)
 # (nginx-light is a transitional package there: nginx + libnginx-mod-http-echo), for sandbox
 # hosts that have no internet.  Also unpacks nginx into DIR/root so tests can run Debian's
 # binary in plain network namespaces without installing it on this machine.
@@ -11,7 +11,8 @@
 # Hosts use it with:  deb [trusted=yes] file:///DIR/repo ./
 set -euo pipefail
 dir=${1:?usage: $0 DIR}
-pkgs=(nginx-light nginx nginx-common libnginx-mod-http-echo)
+# python3-apt (+ what the sandbox rootfs lacks of it): ansible.builtin.apt needs it on the host.
+pkgs=(nginx-light nginx nginx-common libnginx-mod-http-echo python3-apt python-apt-common distro-info-data)
 mkdir -p "$dir/repo" "$dir/root"
 cd "$dir/repo"
 have=1
