@@ -22,14 +22,16 @@ STAMP="${ROOTFS%/}.stamp"
 LOCK="${ROOTFS%/}.lock"
 SUITE=bookworm
 # Keep sorted; changing this list changes the stamp and triggers a rebuild.
-PACKAGES=(ca-certificates curl dbus iproute2 procps python3 python3-venv sudo
-          systemd systemd-sysv util-linux)
+# openssh-server: part of a production host's base OS; sandbox.sh --netns
+# starts it per host (it stays disabled for hosts sharing the machine's network).
+PACKAGES=(ca-certificates curl dbus iproute2 openssh-server procps python3 python3-venv
+          sudo systemd systemd-sysv util-linux)
 # Tools this script and scripts/sandbox.sh need on the machine itself.
 HOST_PREREQS=(mmdebstrap systemd-container iproute2 util-linux ca-certificates)
 MMDEBSTRAP_TIMEOUT=${CT200_SANDBOX_BUILD_TIMEOUT:-600}
 APT_TIMEOUT=300
 # Bump when the customisation below changes (forces a rebuild).
-CUSTOMIZE_VERSION=2
+CUSTOMIZE_VERSION=3
 
 log() { printf 'build-rootfs: %s\n' "$*" >&2; }
 die() { printf 'build-rootfs: ERROR: %s\n' "$*" >&2; exit "${2:-1}"; }
@@ -146,9 +148,24 @@ if ((FORCE == 0)) && [[ -f "$STAMP" && -x "$ROOTFS/lib/systemd/systemd" ]] \
   exit 0
 fi
 
-if pgrep -f -- "systemd-nspawn .*-D $ROOTFS " >/dev/null 2>&1; then
-  die "sandbox hosts are running from $ROOTFS; run scripts/sandbox.sh down first" 2
-fi
+# PIDs of the systemd-nspawn processes booted from the current tree.
+nspawn_users() { pgrep -f -- "^systemd-nspawn -D $ROOTFS " || true; }
+
+# A tree moved aside by an earlier build is deleted once every host that was
+# running from it is gone (its .users file lists their nspawn PIDs).
+remove_unused_old_trees() {
+  local old pid busy
+  for old in "${ROOTFS%/}".old.*; do
+    [[ -d "$old" && -f "$old.users" ]] || continue
+    busy=0
+    while read -r pid; do
+      [[ -n "$pid" ]] && grep -qa -- "systemd-nspawn" "/proc/$pid/cmdline" 2>/dev/null && busy=1
+    done <"$old.users"
+    if ((busy == 0)); then
+      rm -rf --one-file-system "$old" && rm -f "$old.users"
+    fi
+  done
+}
 
 TMP="${ROOTFS%/}.tmp.$$"
 cleanup() { [[ -n "${TMP:-}" && -d "$TMP" ]] && rm -rf --one-file-system "$TMP"; true; }
@@ -172,16 +189,30 @@ timeout "$MMDEBSTRAP_TIMEOUT" mmdebstrap \
   --customize-hook='printf "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" > "$1/etc/hosts"' \
   --customize-hook='rm -f "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"; : > "$1/etc/machine-id"' \
   --customize-hook='mkdir -p "$1/srv/wheelhouse"' \
+  --customize-hook='chroot "$1" systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true' \
+  --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
+  --customize-hook='printf "%s\n" "# ct200 sandbox: per-host key from sandbox.sh --netns (bind-mounted)" "HostKey /etc/ssh/ssh_host_ed25519_key" "PasswordAuthentication no" "KbdInteractiveAuthentication no" "PermitRootLogin prohibit-password" > "$1/etc/ssh/sshd_config.d/ct200-sandbox.conf"' \
   "$SUITE" "$TMP" "${MIRROR_ARGS[@]}" \
   || die "mmdebstrap failed or timed out after ${MMDEBSTRAP_TIMEOUT}s (see output above)"
 
-[[ -x "$TMP/lib/systemd/systemd" && -x "$TMP/usr/bin/python3" ]] \
-  || die "built tree lacks systemd or python3; refusing to install it"
+[[ -x "$TMP/lib/systemd/systemd" && -x "$TMP/usr/bin/python3" && -x "$TMP/usr/sbin/sshd" ]] \
+  || die "built tree lacks systemd, python3 or sshd; refusing to install it"
 
 rm -f "$STAMP"
 if [[ -e "$ROOTFS" ]]; then
-  rm -rf --one-file-system "$ROOTFS"
+  users=$(nspawn_users)
+  if [[ -n "$users" ]]; then
+    # Hosts still run from it (other checkouts' fleets): never delete files under
+    # their overlays; move the tree aside, new hosts boot the new one.
+    old="${ROOTFS%/}.old.$(date +%s)"
+    printf '%s\n' "$users" >"$old.users"
+    mv "$ROOTFS" "$old"
+    log "hosts still run from the previous tree: kept as $old until they are down"
+  else
+    rm -rf --one-file-system "$ROOTFS"
+  fi
 fi
 mv "$TMP" "$ROOTFS"
+remove_unused_old_trees
 printf '%s\n' "$WANT_STAMP" >"$STAMP.new" && mv "$STAMP.new" "$STAMP"
 log "built $ROOTFS in $(( $(date +%s) - start ))s ($(du -sh "$ROOTFS" | cut -f1))"

@@ -5,7 +5,8 @@ Stdlib only; runs with the machine's python3 (no venv needed) as root.
 
 Every host is ``systemd-nspawn -D ROOTFS --boot --volatile=overlay`` in its
 own cgroup (``<cgroup mounts>/ct200lab/NAME``), sharing the machine's network
-namespace. The JSON state file lists the hosts with the nspawn PID and the
+namespace, or with ``--netns`` in its own network namespace on a bridge, with
+sshd and a per-fleet SSH key (as production hosts are reached). The JSON state file lists the hosts with the nspawn PID and the
 container's init PID (the "leader", used by ``ansible_nsenter_pid``).
 A per-host registry entry (/run/ct200-sandbox/hosts/NAME.json) records which
 state file owns a host, so a later ``up``/``down`` can clean up after a killed
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -26,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,6 +45,12 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
 HOST_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "LANG": "C.UTF-8"}
 STATE_VERSION = 1
+NET_REGISTRY = REGISTRY.parent / "nets"
+NET_LOCK = REGISTRY.parent / "net.lock"
+LAB_SUPERNET = ipaddress.ip_network("10.200.0.0/16")
+HOST_OFFSET = 10       # host i gets .(10+i)
+HUB_OFFSETS = (2, 3)   # hub namespace: API address, CDN address (another origin)
+RATE_RE = re.compile(r"^[1-9][0-9]{0,5}(bit|kbit|mbit|gbit)$")
 
 
 class SandboxError(Exception):
@@ -365,14 +375,18 @@ def parse_bind(spec: str) -> dict:
     return {"src": os.path.realpath(src), "dst": os.path.normpath(dst), "mode": mode}
 
 
-def nspawn_argv(rootfs: str, name: str, binds: list[dict]) -> list[str]:
+def nspawn_argv(rootfs: str, name: str, binds: list[dict], plan: dict | None = None) -> list[str]:
     argv = ["systemd-nspawn", "-D", rootfs, "--boot", "--register=no", "--keep-unit",
             "--volatile=overlay", f"--machine={name}", f"--hostname={name}",
             "--console=passive"]
     for b in binds:
         flag = "--bind-ro" if b["mode"] == "ro" else "--bind"
         argv.append(f"{flag}={b['src']}:{b['dst']}")
-    return argv
+    init_args: list[str] = []
+    if plan:
+        opts, init_args = nspawn_net_argv(plan, name)
+        argv += opts
+    return argv + init_args
 
 
 def spawn(name: str, argv: list[str], bases: list[Path], logfile: Path) -> int:
@@ -403,6 +417,273 @@ def tail(path: Path, n: int = 15) -> str:
     return "\n".join("    " + ln for ln in lines[-n:])
 
 
+# ---------------------------------------------------------------- network --
+# --netns: every host gets its own network namespace (/run/netns/NAME) with one
+# veth whose other end sits on a per-fleet bridge in the machine's namespace.
+# The bridge holds the gateway address (.1): the controller reaches the hosts
+# directly and a Hub bound to .1 is reachable from every host.  With --hub-netns
+# a Hub gets a namespace of its own (.2 API, .3 CDN) behind its own shaped link.
+# Hosts have no default route: they reach the lab subnet only.
+
+def run_cmd(argv: list[str], timeout: float = 15, check: bool = True,
+            stdin_text: str | None = None) -> subprocess.CompletedProcess:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
+                             input=stdin_text, stdin=None if stdin_text is not None else subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise SandboxError(f"'{' '.join(argv)}' did not finish in {timeout:.0f}s") from None
+    if check and res.returncode != 0:
+        raise SandboxError(f"'{' '.join(argv)}' failed (rc {res.returncode}): {res.stderr.strip()}")
+    return res
+
+
+def fleet_id(state_path: Path) -> str:
+    """Short, stable per state file: interface names (15 chars max) derive from it."""
+    return hashlib.sha256(str(state_path).encode()).hexdigest()[:6]
+
+
+def net_dir(state_path: Path) -> Path:
+    """Keys, known_hosts, ssh_config and SSH control sockets of one fleet."""
+    return state_path.parent / f"{state_path.stem}-net"
+
+
+def parse_rate(value: str | None, flag: str) -> str | None:
+    if value is None:
+        return None
+    if not RATE_RE.match(value):
+        raise SandboxError(f"{flag} '{value}': give a tc rate such as 100mbit, 40mbit or 500kbit", 2)
+    return value
+
+
+def tbf_args(rate: str) -> list[str]:
+    """Token bucket for one link direction; the burst is 10 ms of traffic (at
+    least 32 KiB) so that rates up to a few Gbit/s are reachable at HZ=250."""
+    num, unit = re.match(r"^(\d+)([a-z]+)$", rate).groups()
+    bits = int(num) * {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9}[unit]
+    burst = max(32 * 1024, bits // 8 // 100)
+    return ["root", "tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
+
+
+def used_networks() -> list:
+    out = run_cmd(["ip", "-j", "-4", "addr", "show"]).stdout
+    nets = []
+    for link in json.loads(out or "[]"):
+        for addr in link.get("addr_info", []):
+            nets.append(ipaddress.ip_interface(f"{addr['local']}/{addr['prefixlen']}").network)
+    return nets
+
+
+def pick_subnet(requested: str | None) -> ipaddress.IPv4Network:
+    used = used_networks()
+    if requested:
+        try:
+            net = ipaddress.ip_network(requested, strict=True)
+        except ValueError as exc:
+            raise SandboxError(f"--subnet '{requested}': {exc}; give a /24 such as 10.200.7.0/24", 2) from None
+        if net.version != 4 or net.prefixlen != 24:
+            raise SandboxError(f"--subnet '{requested}': give an IPv4 /24 such as 10.200.7.0/24", 2)
+        if any(net.overlaps(u) for u in used):
+            raise SandboxError(f"--subnet {net} is already in use on this machine: choose another "
+                               "or leave --subnet out to pick a free one", 2)
+        return net
+    for net in LAB_SUPERNET.subnets(new_prefix=24):
+        if not any(net.overlaps(u) for u in used):
+            return net
+    raise SandboxError(f"no free /24 left in {LAB_SUPERNET}: bring other fleets down", 1)
+
+
+def net_plan(state_path: Path, names: list[str], subnet, link_rate: str | None,
+             hub: bool, hub_rate: str | None) -> dict:
+    fid = fleet_id(state_path)
+    base = subnet.network_address
+    ndir = net_dir(state_path)
+    plan = {
+        "mode": "netns", "fleet_id": fid, "subnet": str(subnet), "prefixlen": subnet.prefixlen,
+        "bridge": f"cb{fid}", "gateway": str(base + 1), "link_rate": link_rate,
+        "dir": str(ndir), "ssh_key": str(ndir / "id_ed25519"),
+        "known_hosts": str(ndir / "known_hosts"), "ssh_config": str(ndir / "ssh_config"),
+        "control_path_dir": str(ndir / "cp"),
+        "hosts": {name: {"netns": name, "veth": f"cv{fid}{i:02d}", "address": str(base + HOST_OFFSET + i)}
+                  for i, name in enumerate(names, 1)},
+        "hub": None,
+    }
+    if hub:
+        plan["hub"] = {"netns": f"ct200hub-{fid}", "veth": f"cv{fid}hb", "rate": hub_rate,
+                       "address": str(base + HUB_OFFSETS[0]), "cdn_address": str(base + HUB_OFFSETS[1])}
+    return plan
+
+
+def plan_namespaces(plan: dict) -> list[str]:
+    spaces = [h["netns"] for h in plan["hosts"].values()]
+    return spaces + ([plan["hub"]["netns"]] if plan.get("hub") else [])
+
+
+def netns_exists(name: str) -> bool:
+    return Path("/run/netns", name).exists()
+
+
+def link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
+def shape(dev: str, rate: str | None, netns: str | None = None) -> None:
+    if rate:
+        run_cmd(["tc", *(["-n", netns] if netns else []), "qdisc", "replace", "dev", dev, *tbf_args(rate)])
+
+
+def add_endpoint(plan: dict, netns: str, veth: str, addresses: list[str], rate: str | None) -> None:
+    """Namespace + veth (eth0 inside, veth on the bridge outside), addresses,
+    and the same rate on both directions of the link."""
+    prefix = f"/{plan['prefixlen']}"
+    run_cmd(["ip", "netns", "add", netns])
+    run_cmd(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns])
+    run_cmd(["ip", "link", "set", veth, "master", plan["bridge"], "up"])
+    for addr in addresses:
+        run_cmd(["ip", "-n", netns, "addr", "add", addr + prefix, "dev", "eth0"])
+    run_cmd(["ip", "-n", netns, "link", "set", "lo", "up"])
+    run_cmd(["ip", "-n", netns, "link", "set", "eth0", "up"])
+    shape(veth, rate)
+    shape("eth0", rate, netns)
+
+
+def setup_network(plan: dict, state_path: Path) -> None:
+    """Create bridge, namespaces, veths and qdiscs; the registry entry is
+    written first so that a killed run is cleaned up by the next up/down."""
+    for ns in plan_namespaces(plan):
+        if netns_exists(ns):
+            raise SandboxError(f"network namespace {ns} exists and is not owned by {state_path}: "
+                               f"remove it ('ip netns del {ns}') or choose another --name", 2)
+    write_json(NET_REGISTRY / f"{plan['bridge']}.json",
+               {"state_file": str(state_path), "bridge": plan["bridge"],
+                "netns": plan_namespaces(plan), "dir": plan["dir"]})
+    run_cmd(["ip", "link", "add", plan["bridge"], "type", "bridge"])
+    run_cmd(["ip", "addr", "add", f"{plan['gateway']}/{plan['prefixlen']}", "dev", plan["bridge"]])
+    run_cmd(["ip", "link", "set", plan["bridge"], "up"])
+    for h in plan["hosts"].values():
+        add_endpoint(plan, h["netns"], h["veth"], [h["address"]], plan["link_rate"])
+    if plan.get("hub"):
+        hub = plan["hub"]
+        add_endpoint(plan, hub["netns"], hub["veth"], [hub["address"], hub["cdn_address"]], hub["rate"])
+
+
+def teardown_network(entry: dict) -> list[str]:
+    """Remove the namespaces (their veths and qdiscs go with them), the bridge,
+    the SSH control masters and the key directory of one fleet."""
+    problems = []
+    if entry.get("dir"):
+        close_control_masters(Path(entry["dir"]) / "cp")
+    for ns in entry.get("netns", []):
+        if netns_exists(ns):
+            res = run_cmd(["ip", "netns", "del", ns], check=False)
+            if res.returncode != 0:
+                problems.append(f"cannot remove network namespace {ns}: {res.stderr.strip()}")
+    bridge = entry.get("bridge")
+    if bridge and link_exists(bridge):
+        res = run_cmd(["ip", "link", "del", bridge], check=False)
+        if res.returncode != 0:
+            problems.append(f"cannot remove bridge {bridge}: {res.stderr.strip()}")
+    if not problems:
+        if entry.get("dir"):
+            shutil.rmtree(entry["dir"], ignore_errors=True)
+        try:
+            (NET_REGISTRY / f"{bridge}.json").unlink()
+        except FileNotFoundError:
+            pass
+    return problems
+
+
+def close_control_masters(cp_dir: Path) -> None:
+    """OpenSSH ControlPersist masters of Ansible would outlive the hosts (and
+    be reused by a later fleet on the same address): ask each to exit."""
+    if not cp_dir.is_dir():
+        return
+    for sock in cp_dir.iterdir():
+        try:
+            subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={sock}", "sandbox-host"],
+                           capture_output=True, timeout=5, check=False, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            log(f"ssh control master {sock} did not exit in 5s")
+
+
+def make_ssh_material(plan: dict) -> None:
+    """A per-fleet client key, one host key per host, and the known_hosts /
+    ssh_config the controller uses (strict host key checking stays on)."""
+    ndir = Path(plan["dir"])
+    if ndir.exists():
+        shutil.rmtree(ndir)
+    ndir.mkdir(parents=True, mode=0o700)
+    (ndir / "cp").mkdir(mode=0o700)
+    keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", ""]
+    run_cmd([*keygen, "-C", f"ct200-sandbox-{plan['fleet_id']}", "-f", plan["ssh_key"]])
+    known = []
+    for name, h in plan["hosts"].items():
+        hdir = ndir / "hosts" / name
+        hdir.mkdir(parents=True, mode=0o700)
+        run_cmd([*keygen, "-C", name, "-f", str(hdir / "ssh_host_ed25519_key")])
+        kind, blob = (hdir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        known.append(f"{name},{h['address']} {kind} {blob}")
+    Path(plan["known_hosts"]).write_text("\n".join(known) + "\n")
+    targets = " ".join([*plan["hosts"], *(h["address"] for h in plan["hosts"].values())])
+    lines = [f"Host {name}\n  HostName {h['address']}" for name, h in plan["hosts"].items()]
+    lines.append(f"Host {targets}\n  User root\n  IdentityFile {plan['ssh_key']}\n  IdentitiesOnly yes\n"
+                 f"  UserKnownHostsFile {plan['known_hosts']}\n  StrictHostKeyChecking yes\n"
+                 "  BatchMode yes\n  ConnectTimeout 5\n  LogLevel ERROR")
+    Path(plan["ssh_config"]).write_text("\n".join(lines) + "\n")
+
+
+def nspawn_net_argv(plan: dict, name: str) -> tuple[list[str], list[str]]:
+    """(nspawn options, init arguments) that put a host in its namespace with sshd."""
+    hkey = Path(plan["dir"]) / "hosts" / name / "ssh_host_ed25519_key"
+    opts = [f"--network-namespace-path=/run/netns/{plan['hosts'][name]['netns']}",
+            f"--bind-ro={hkey}:/etc/ssh/ssh_host_ed25519_key",
+            f"--bind-ro={hkey}.pub:/etc/ssh/ssh_host_ed25519_key.pub",
+            f"--bind-ro={plan['ssh_key']}.pub:/root/.ssh/authorized_keys"]
+    # systemd in a container reads its own argv as the kernel command line.
+    return opts, ["systemd.wants=ssh.service"]
+
+
+def etc_hosts(plan: dict) -> str:
+    lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback",
+             f"{plan['gateway']}\tct200-lab-gateway"]
+    if plan.get("hub"):
+        lines += [f"{plan['hub']['address']}\tct200-hub", f"{plan['hub']['cdn_address']}\tct200-hub-cdn"]
+    lines += [f"{h['address']}\t{name}" for name, h in plan["hosts"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def ssh_argv(plan: dict, target: str, *cmd: str) -> list[str]:
+    return ["ssh", "-F", plan["ssh_config"], target, *cmd]
+
+
+def finish_hosts(plan: dict, state: dict, timeout: float) -> None:
+    """Write /etc/hosts in every host, then prove SSH login to each (bounded)."""
+    hosts_file = etc_hosts(plan)
+    for host in state["hosts"]:
+        res = in_host_input(host["leader_pid"], hosts_file, "sh", "-c", "cat > /etc/hosts")
+        if res.returncode != 0:
+            raise SandboxError(f"{host['name']}: cannot write /etc/hosts: {res.stderr.strip()}")
+    deadline = time.monotonic() + timeout
+
+    def login(name: str) -> str | None:
+        while True:
+            res = run_cmd(ssh_argv(plan, name, "true"), timeout=15, check=False)
+            if res.returncode == 0:
+                return None
+            if time.monotonic() > deadline:
+                return f"{name}: ssh root@{plan['hosts'][name]['address']} failed: {res.stderr.strip()}"
+            time.sleep(0.2)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        errors = [e for e in pool.map(login, plan["hosts"]) if e]
+    if errors:
+        raise SandboxError("SSH to the hosts failed:\n  " + "\n  ".join(errors))
+
+
+def in_host_input(leader: int, text: str, *cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["nsenter", "-t", str(leader), "-a", *cmd], input=text, capture_output=True,
+                          text=True, timeout=15, env=HOST_ENV, check=False)
+
+
 # ----------------------------------------------------------------- commands --
 
 def hosts_of(state: dict | None) -> list[dict]:
@@ -428,6 +709,8 @@ def down_state(state_path: Path, bases: list[Path]) -> list[str]:
                 pass
     for name, (pid, leader) in sorted(targets.items()):
         problems += stop_host(name, pid, bases, leader_pid=leader)
+    if not problems:  # namespaces go only once no host process is left in them
+        problems += down_networks(state_path, state)
     if not problems:
         for p in (state_path, state_path.with_name(state_path.name + ".lock")):
             try:
@@ -435,6 +718,22 @@ def down_state(state_path: Path, bases: list[Path]) -> list[str]:
             except FileNotFoundError:
                 pass
     cleanup_bases(bases)
+    return problems
+
+
+def down_networks(state_path: Path, state: dict | None) -> list[str]:
+    entries = []
+    net = (state or {}).get("network") or {}
+    if net.get("mode") == "netns":
+        entries.append({"bridge": net["bridge"], "netns": plan_namespaces(net), "dir": net["dir"]})
+    if NET_REGISTRY.is_dir():
+        for path in NET_REGISTRY.glob("*.json"):
+            reg = read_json(path)
+            if reg and reg.get("state_file") == str(state_path):
+                entries.append(reg)
+    problems: list[str] = []
+    for entry in entries:
+        problems += teardown_network(entry)
     return problems
 
 
@@ -476,19 +775,20 @@ def cmd_up(args) -> int:
             raise SandboxError(f"'{tool}' not found: run scripts/build-rootfs.sh (installs "
                                "systemd-container and util-linux) or apt-get install them", 2)
     binds = [parse_bind(b) for b in args.bind]
+    net_options = check_net_options(args, rootfs)
     bases = cgroup_bases()
     state_path = Path(args.state).resolve()
     logdir = state_path.parent / "logs"
 
     with StateLock(state_path):
         old = read_json(state_path)
-        wanted = {"names": names, "rootfs": rootfs, "binds": binds}
+        wanted = {"names": names, "rootfs": rootfs, "binds": binds, "net_options": net_options}
         if old and not args.recreate and {k: old.get(k) for k in wanted} == wanted and healthy(old):
             log(f"{len(names)} host(s) already running from {state_path}; nothing to do "
                 "(use --recreate for fresh hosts)")
             print(json.dumps(old, indent=2))
             return 0
-        if old or (REGISTRY.is_dir() and any(REGISTRY.glob("*.json"))):
+        if old or any(d.is_dir() and any(d.glob("*.json")) for d in (REGISTRY, NET_REGISTRY)):
             problems = down_state(state_path, bases)
             if problems:
                 raise SandboxError("could not clean the previous fleet:\n  " + "\n  ".join(problems))
@@ -514,20 +814,30 @@ def cmd_up(args) -> int:
         started = time.monotonic()
         state = {"version": STATE_VERSION, "state_file": str(state_path), "rootfs": rootfs,
                  "names": names, "binds": binds, "cgroups": [str(b) for b in bases],
+                 "net_options": net_options, "network": {"mode": "shared"},
                  "status": "starting", "hosts": []}
         REGISTRY.mkdir(parents=True, exist_ok=True)
+        plan = None
         try:
+            if net_options:
+                plan = prepare_network(state_path, names, net_options)
+                state["network"] = plan
+                write_json(state_path, state)
             for index, name in enumerate(names, 1):
                 logfile = logdir / f"{name}.log"
-                pid = spawn(name, nspawn_argv(rootfs, name, binds), bases, logfile)
+                pid = spawn(name, nspawn_argv(rootfs, name, binds, plan), bases, logfile)
                 host = {"name": name, "index": index, "nspawn_pid": pid, "leader_pid": None,
                         "log": str(logfile)}
+                if plan:
+                    host.update(plan["hosts"][name])
                 state["hosts"].append(host)
                 # Written after every spawn: a killed 'up' leaves a usable trail.
                 write_json(REGISTRY / f"{name}.json", {"name": name, "nspawn_pid": pid,
                                                        "state_file": str(state_path)})
                 write_json(state_path, state)
             wait_running(state, args.timeout)
+            if plan:
+                finish_hosts(plan, state, timeout=max(10.0, args.timeout - (time.monotonic() - started)))
         except BaseException as exc:
             if args.keep_on_failure:
                 state["status"] = "failed"
@@ -545,6 +855,57 @@ def cmd_up(args) -> int:
     log(f"{len(names)} host(s) running in {time.monotonic() - started:.1f}s; state {state_path}")
     print(json.dumps(state, indent=2))
     return 0
+
+
+def check_net_options(args, rootfs: str) -> dict | None:
+    """The network options of 'up' (None: hosts share the machine's namespace)."""
+    link_rate = parse_rate(args.link_rate, "--link-rate")
+    hub_rate = parse_rate(args.hub_rate, "--hub-rate")
+    hub = args.hub_netns or hub_rate is not None
+    if not args.netns:
+        given = [f for f, v in (("--link-rate", link_rate), ("--hub-netns/--hub-rate", hub),
+                                ("--subnet", args.subnet)) if v]
+        if given:
+            raise SandboxError(f"{', '.join(given)} need --netns (hosts in their own network namespaces)", 2)
+        return None
+    for tool, pkg in (("ip", "iproute2"), ("tc", "iproute2"), ("ssh", "openssh-client"),
+                      ("ssh-keygen", "openssh-client")):
+        if not shutil.which(tool):
+            raise SandboxError(f"--netns needs '{tool}' on this machine: apt-get install {pkg}", 2)
+    if not os.access(os.path.join(rootfs, "usr/sbin/sshd"), os.X_OK):
+        raise SandboxError(f"the rootfs {rootfs} has no sshd (built before --netns existed): "
+                           "run scripts/build-rootfs.sh (it rebuilds when the package list changed)", 2)
+    return {"link_rate": link_rate, "hub": hub, "hub_rate": hub_rate, "subnet": args.subnet}
+
+
+class NetLock:
+    """Subnets are picked machine-wide: one fleet at a time takes a free one."""
+
+    def __enter__(self):
+        NET_LOCK.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(NET_LOCK, "w")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"{NET_LOCK} is held by another sandbox.sh for 60s") from None
+                time.sleep(0.2)
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+
+
+def prepare_network(state_path: Path, names: list[str], opts: dict) -> dict:
+    with NetLock():
+        subnet = pick_subnet(opts["subnet"])
+        plan = net_plan(state_path, names, subnet, opts["link_rate"], opts["hub"], opts["hub_rate"])
+        setup_network(plan, state_path)
+    make_ssh_material(plan)
+    return plan
 
 
 def wait_running(state: dict, timeout: float) -> None:
@@ -610,14 +971,47 @@ def cmd_status(args) -> int:
         if st != "dead" and not is_our_nspawn(h.get("nspawn_pid"), h["name"]):
             st = f"orphaned ({st}, systemd-nspawn gone; run scripts/sandbox.sh down)"
         rows.append({"name": h["name"], "nspawn_pid": h.get("nspawn_pid"),
-                     "leader_pid": h.get("leader_pid"), "state": st})
+                     "leader_pid": h.get("leader_pid"), "address": h.get("address"), "state": st})
     if args.json:
-        print(json.dumps({"state_file": str(state_path), "hosts": rows}, indent=2))
+        print(json.dumps({"state_file": str(state_path), "hosts": rows,
+                          "network": state.get("network") or {"mode": "shared"}}, indent=2))
     else:
-        print(f"{'NAME':<20} {'NSPAWN':>8} {'LEADER':>8}  STATE")
+        print(f"{'NAME':<20} {'NSPAWN':>8} {'LEADER':>8} {'ADDRESS':>15}  STATE")
         for r in rows:
-            print(f"{r['name']:<20} {r['nspawn_pid'] or '-':>8} {r['leader_pid'] or '-':>8}  {r['state']}")
+            print(f"{r['name']:<20} {r['nspawn_pid'] or '-':>8} {r['leader_pid'] or '-':>8} "
+                  f"{r['address'] or 'shared':>15}  {r['state']}")
     return 0 if all(r["state"] == "running" for r in rows) else 1
+
+
+def cmd_shape(args) -> int:
+    """Re-shape the links of a running --netns fleet (tc qdisc replace)."""
+    if os.geteuid() != 0:
+        raise SandboxError("must run as root", 2)
+    link_rate = parse_rate(args.link_rate, "--link-rate")
+    hub_rate = parse_rate(args.hub_rate, "--hub-rate")
+    if not link_rate and not hub_rate:
+        raise SandboxError("give --link-rate RATE and/or --hub-rate RATE", 2)
+    state_path = Path(args.state).resolve()
+    with StateLock(state_path):
+        state = read_json(state_path)
+        net = (state or {}).get("network") or {}
+        if net.get("mode") != "netns":
+            raise SandboxError(f"no --netns fleet in {state_path}: start one with 'up N --netns'", 2)
+        if hub_rate and not net.get("hub"):
+            raise SandboxError("this fleet has no Hub namespace: bring it up with --hub-netns", 2)
+        if link_rate:
+            for h in net["hosts"].values():
+                shape(h["veth"], link_rate)
+                shape("eth0", link_rate, h["netns"])
+            net["link_rate"] = link_rate
+        if hub_rate:
+            shape(net["hub"]["veth"], hub_rate)
+            shape("eth0", hub_rate, net["hub"]["netns"])
+            net["hub"]["rate"] = hub_rate
+        write_json(state_path, state)
+    log(f"shaped: hosts {net.get('link_rate') or 'unshaped'}, hub "
+        f"{(net.get('hub') or {}).get('rate') or 'unshaped'}")
+    return 0
 
 
 def cmd_exec(args) -> int:
@@ -649,18 +1043,30 @@ def main(argv: list[str] | None = None) -> int:
                     help="replace hosts even when an identical healthy fleet is up")
     up.add_argument("--keep-on-failure", action="store_true",
                     help="leave hosts running when boot fails (debugging)")
+    up.add_argument("--netns", action="store_true",
+                    help="each host in its own network namespace on a bridge, reached over SSH")
+    up.add_argument("--subnet", help="lab /24 (default: the first free one in 10.200.0.0/16)")
+    up.add_argument("--link-rate", metavar="RATE", help="tc rate of every host link, e.g. 100mbit")
+    up.add_argument("--hub-netns", action="store_true",
+                    help="a namespace for a Hub at .2 (API) and .3 (CDN), see 'status --json'")
+    up.add_argument("--hub-rate", metavar="RATE", help="tc rate of the Hub link (implies --hub-netns)")
     down = sub.add_parser("down", help="power off the hosts and remove their cgroups")
     down.add_argument("--state", default=default_state)
     st = sub.add_parser("status", help="show hosts (exit 0 all running, 1 not, 3 none)")
     st.add_argument("--state", default=default_state)
     st.add_argument("--json", action="store_true")
+    sh = sub.add_parser("shape", help="change the tc rates of a running --netns fleet")
+    sh.add_argument("--link-rate", metavar="RATE")
+    sh.add_argument("--hub-rate", metavar="RATE")
+    sh.add_argument("--state", default=default_state)
     ex = sub.add_parser("exec", help="run a command (default a shell) inside a host")
     ex.add_argument("host")
     ex.add_argument("command", nargs=argparse.REMAINDER)
     ex.add_argument("--state", default=default_state)
     args = p.parse_args(argv)
     try:
-        return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "exec": cmd_exec}[args.cmd](args)
+        return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "shape": cmd_shape,
+                "exec": cmd_exec}[args.cmd](args)
     except SandboxError as exc:
         log(f"ERROR: {exc}")
         return exc.code

@@ -4,13 +4,18 @@
 #
 #   scripts/sandbox.sh up N [--name PREFIX | --names H1,H2,..] [--state FILE] [--bind SRC:DST[:ro]]...
 #                           [--timeout SEC] [--recreate] [--keep-on-failure]
+#                           [--netns [--subnet 10.200.K.0/24] [--link-rate RATE]
+#                                    [--hub-netns] [--hub-rate RATE]]
 #   scripts/sandbox.sh down [--state FILE]
+#   scripts/sandbox.sh shape [--link-rate RATE] [--hub-rate RATE] [--state FILE]
 #   scripts/sandbox.sh status [--state FILE] [--json]
 #   scripts/sandbox.sh exec HOST [--] [CMD...]      (default: a login shell)
 #
 # Hosts are named ct200-h1..N (or PREFIX-1..N), share this machine's network
 # namespace (so they reach services on 127.0.0.1, and two hosts cannot listen
 # on the same port), and keep all writes in RAM (--volatile=overlay).
+# --netns: each host in its own network namespace on a bridge, with sshd; the
+# inventory then uses the ssh connection (docs/sandbox.md, "SSH fleet").
 # State (JSON: hosts with name, nspawn_pid, leader_pid) goes to
 # $CT200_SANDBOX_STATE or /work/main/.cache/sandbox/state.json; the rootfs comes
 # from scripts/build-rootfs.sh ($CT200_SANDBOX_ROOTFS). Details: docs/sandbox.md.

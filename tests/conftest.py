@@ -5,8 +5,11 @@ import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTIONS = os.path.join(REPO_ROOT, "collections")
-if COLLECTIONS not in sys.path:
-    sys.path.insert(0, COLLECTIONS)
+# Test-only collections (ct200.sandbox: the nsenter connection) live apart from the product.
+SUPPORT_COLLECTIONS = os.path.join(REPO_ROOT, "tests", "support", "collections")
+for _path in (SUPPORT_COLLECTIONS, COLLECTIONS):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO_ROOT, "ansible.cfg"))

@@ -3,8 +3,11 @@
 
 Reads the JSON state written by scripts/sandbox.sh (path from
 $CT200_SANDBOX_STATE, default <repo>/.cache/sandbox/state.json) and returns
-group ``ct200`` with every host, connected through
-``community.docker.nsenter`` to the container's init PID.
+group ``ct200`` with every host.  Hosts of ``sandbox.sh up --netns`` (own
+network namespace, sshd) are reached with the ``ssh`` connection as in
+production: per-fleet key, a known_hosts file written at ``up`` (host key
+checking on), a per-fleet ControlPath directory, pipelining.  Hosts sharing the
+machine's namespace keep ``ct200.sandbox.nsenter`` to the container's init PID.
 
 Fails (exit 1, message on stderr) when no sandbox is up or its hosts are gone,
 instead of returning an empty inventory.  Note that ansible-playbook itself
@@ -20,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 DEFAULT_STATE = REPO / ".cache" / "sandbox" / "state.json"
-CONNECTION = "ct200.deploy.nsenter"
+CONNECTION = "ct200.sandbox.nsenter"
 HOST_PYTHON = "/usr/bin/python3"
 
 
@@ -45,7 +48,7 @@ def _alive_systemd(pid) -> bool:
     return comm == "systemd" and stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def load_hosts(path: Path) -> list[dict]:
+def load_state(path: Path) -> tuple[dict, list[dict]]:
     hint = "run scripts/sandbox.sh up N"
     if path != DEFAULT_STATE:
         hint += f" --state {path}"
@@ -65,25 +68,62 @@ def load_hosts(path: Path) -> list[dict]:
     if dead:
         raise NotRunning(f"sandbox is not running: {hint} (hosts {', '.join(dead)} from "
                          f"{path} are gone; 'scripts/sandbox.sh down' cleans up)")
-    return hosts
+    return state, hosts
 
 
-def inventory(hosts: list[dict]) -> dict:
+def nsenter_vars(host: dict) -> dict:
+    return {"ansible_nsenter_pid": host["leader_pid"]}
+
+
+def ssh_vars(host: dict) -> dict:
+    return {"ansible_host": host["address"]}
+
+
+def ssh_group_vars(net: dict) -> dict:
+    """SSH as in production; only the key and known_hosts are the fleet's own."""
+    hub = net.get("hub") or {}
+    return {
+        "ansible_connection": "ssh",
+        "ansible_user": "root",
+        "ansible_ssh_private_key_file": net["ssh_key"],
+        "ansible_ssh_common_args": (f"-o UserKnownHostsFile={net['known_hosts']} "
+                                    "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes "
+                                    "-o ServerAliveInterval=5 -o ServerAliveCountMax=3"),
+        # ansible.cfg turns host key checking off for nsenter hosts; the fleet's
+        # known_hosts is exact, so keep it on here.
+        "ansible_host_key_checking": True,
+        "ansible_ssh_pipelining": True,
+        # Per fleet: a ControlPersist master must never serve a later fleet that
+        # reuses the same address (sandbox.sh down closes these masters).
+        "ansible_control_path_dir": net["control_path_dir"],
+        "ct200_sandbox_network": "netns",
+        "ct200_sandbox_gateway": net["gateway"],
+        # Where a Hub for these hosts listens: its own namespace (--hub-netns)
+        # or the bridge address in the machine's namespace.
+        "ct200_sandbox_hub_address": hub.get("address", net["gateway"]),
+        "ct200_sandbox_hub_cdn_address": hub.get("cdn_address"),
+    }
+
+
+def inventory(hosts: list[dict], state: dict | None = None) -> dict:
+    net = (state or {}).get("network") or {}
+    netns = net.get("mode") == "netns"
     hostvars = {}
     for h in hosts:
         hostvars[h["name"]] = {
-            "ansible_nsenter_pid": h["leader_pid"],
-            # 1..N, stable per fleet: derive per-host ports from it, the hosts
-            # share the machine's network namespace (see docs/sandbox.md).
+            **(ssh_vars(h) if netns else nsenter_vars(h)),
+            # 1..N, stable per fleet: derive per-host ports from it when the
+            # hosts share the machine's network namespace (see docs/sandbox.md).
             "ct200_sandbox_index": h.get("index", 0),
         }
+    group_vars = ssh_group_vars(net) if netns else {"ansible_connection": CONNECTION}
     return {
         "_meta": {"hostvars": hostvars},
         "all": {"children": ["ungrouped", "ct200"]},
         "ct200": {
             "hosts": sorted(hostvars),
             "vars": {
-                "ansible_connection": CONNECTION,
+                **group_vars,
                 "ansible_python_interpreter": HOST_PYTHON,
                 "ct200_sandbox": True,
             },
@@ -100,7 +140,8 @@ def main(argv: list[str]) -> int:
         print("usage: fleet.py --list | --host NAME", file=sys.stderr)
         return 2
     try:
-        inv = inventory(load_hosts(state_path()))
+        state, hosts = load_state(state_path())
+        inv = inventory(hosts, state)
     except NotRunning as exc:
         print(str(exc), file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 """Prove, repo by repo, that a token can read what a deployment needs.
 
 Access is decided only by the Hub's ``auth-check`` endpoint called with the
@@ -23,7 +23,7 @@ class RepoSpecError(ValueError):
     pass
 
 
-def normalise_repos(repos):
+def normalise_repos(repos, allow_empty=False):
     out = []
     for i, spec in enumerate(repos or []):
         if isinstance(spec, str):
@@ -42,7 +42,7 @@ def normalise_repos(repos):
             "ignore_patterns": list(spec.get("ignore_patterns") or []),
             "required": True if spec.get("required") is None else bool(spec.get("required")),
         })
-    if not out:
+    if not out and not allow_empty:
         raise RepoSpecError("repos is empty: list at least one repo_id to check")
     return out
 
@@ -161,6 +161,35 @@ def check_access(hf_api, repos, resolved, endpoint):
     results = [check_repo(hf_api, r, resolved, auth, endpoint) for r in repos]
     denied = [r for r in results if r["required"] and not r["accessible"]]
     return auth, results, denied
+
+
+def _repo_key(repo):
+    return (repo.get("repo_id"), repo.get("repo_type") or "model", repo.get("revision") or None,
+            tuple(repo.get("allow_patterns") or ()), tuple(repo.get("ignore_patterns") or ()))
+
+
+def reuse_proven(proven, repos, resolved):
+    """(auth, results) from a check the controller already made with the same token, or None.
+
+    The controller checks once per run and hands its verdicts to every host; a host
+    whose own token resolution yields the same fingerprint needs no Hub call of its
+    own, so the number of calls does not grow with the fleet. Anything that does not
+    match exactly (another token, another repo, revision or pattern) is not reused.
+    """
+    if not isinstance(proven, dict) or not resolved.token:
+        return None
+    auth = proven.get("auth") or {}
+    if auth.get("status") != "ok" or auth.get("fingerprint") != resolved.fingerprint:
+        return None
+    proven_repos = {_repo_key(r): r for r in proven.get("repos") or [] if isinstance(r, dict)}
+    results = []
+    for repo in repos:
+        verdict = proven_repos.get(_repo_key(repo))
+        if verdict is None:
+            return None
+        results.append(dict(verdict, required=repo["required"], proven_on="controller"))
+    message = "%s, proven on the controller (same fingerprint, no Hub call from this host)" % auth.get("message")
+    return dict(auth, source=resolved.source, proven_on="controller", message=message), results
 
 
 def failure_message(denied, total_required, auth):

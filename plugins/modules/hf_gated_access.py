@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
-# Apache-2.0
+# SPDX-License-Identifier: Apache-2.0
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ requirements:
   - huggingface_hub >= 2.4, < 2.5 on the host that runs the module
 options:
   repos:
-    description: Repositories to check.
+    description:
+      - Repositories to check. An empty list checks only the token (C(whoami)); the module then fails
+        (with O(fail_on_denied)) when there is no valid token.
     type: list
     elements: dict
     required: true
@@ -70,6 +72,21 @@ options:
     description: Fail when a required repository is not accessible. With C(false), only report.
     type: bool
     default: true
+  proven:
+    description:
+      - The registered result of this module run once on the controller (C(run_once), C(delegate_to=localhost))
+        with the token the hosts will use. When the token this host resolves has the same fingerprint and every
+        repository in O(repos) was checked there (same revision and patterns), its verdicts are returned
+        without any Hub call, so a fleet of N hosts costs the Hub one check, not N.
+      - Anything that does not match is checked against the Hub as usual (see O(on_unproven)).
+    type: dict
+  on_unproven:
+    description:
+      - With O(proven) set and not applicable to this host, C(check) asks the Hub; C(fail) fails without a Hub
+        call (the host does not hold the token the controller proved).
+    type: str
+    choices: [check, fail]
+    default: check
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -97,6 +114,22 @@ EXAMPLES = r"""
       - repo_id: z-lab/Kimi-K2.6-DFlash
   register: access
 
+- name: Check once on the controller, hand the verdicts to every host
+  ct200.deploy.hf_gated_access:
+    token: "{{ vault_hf_token }}"
+    repos: [{repo_id: z-lab/Kimi-K2.6-DFlash}]
+    fail_on_denied: false
+  delegate_to: localhost
+  run_once: true
+  no_log: true
+  register: controller_access
+
+- name: Prove the host's token file is the proven token (no Hub call when it is)
+  ct200.deploy.hf_gated_access:
+    token_user: sglang
+    repos: [{repo_id: z-lab/Kimi-K2.6-DFlash}]
+    proven: "{{ controller_access }}"
+
 - name: Check an explicit token (from a vault) once, on the controller
   ct200.deploy.hf_gated_access:
     token: "{{ vault_hf_token_next }}"
@@ -121,6 +154,7 @@ auth:
     fingerprint: {description: "sha256: + 12 hex digits of the token, never the token.", type: str}
     source: {description: "Where the token came from: explicit, env:HF_TOKEN, file:PATH.", type: str}
     message: {description: Human-readable summary., type: str}
+    proven_on: {description: "C(controller) when the verdicts were reused from O(proven).", type: str}
 repos:
   description: One entry per repository, in the order given.
   returned: always
@@ -163,16 +197,32 @@ from ansible_collections.ct200.deploy.plugins.module_utils import gated_access, 
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import TokenError, resolve_token  # noqa: E402
 
 
+def _check(module, repos, resolved, result):
+    """(auth, results, denied): the controller's verdicts when they apply, else the Hub's."""
+    p = module.params
+    reused = gated_access.reuse_proven(p["proven"], repos, resolved)
+    if reused:
+        auth, results = reused
+        return auth, results, [r for r in results if r["required"] and not r["accessible"]]
+    if p["proven"] is not None and p["on_unproven"] == "fail":
+        proven_fp = (p["proven"].get("auth") or {}).get("fingerprint")
+        module.fail_json(msg="the token this host resolves (%s, from %s) is not the one proven on the controller "
+                             "(%s); no Hub call was made. Fix: install the proven token on this host (hf_token), "
+                             "or remove the HF_TOKEN/HF_TOKEN_PATH that overrides it"
+                             % (resolved.fingerprint, resolved.source, proven_fp), **result)
+    endpoint = hf_hub.configure(p["endpoint"])
+    return gated_access.check_access(hf_hub.api(endpoint), repos, resolved, endpoint)
+
+
 def run(module):
     p = module.params
     result = dict(changed=False, auth={}, repos=[], total_bytes=0, denied=[], summary=[])
     try:
-        repos = gated_access.normalise_repos(p["repos"])
+        repos = gated_access.normalise_repos(p["repos"], allow_empty=True)
         resolved = resolve_token(p["token"], p["token_user"])
     except (TokenError, gated_access.RepoSpecError) as exc:
         module.fail_json(msg="access not checked: %s" % exc, **result)
-    endpoint = hf_hub.configure(p["endpoint"])
-    auth, results, denied = gated_access.check_access(hf_hub.api(endpoint), repos, resolved, endpoint)
+    auth, results, denied = _check(module, repos, resolved, result)
     result.update(auth=auth, repos=results, denied=[r["repo_id"] for r in denied],
                   summary=gated_access.summary_lines(auth, results),
                   total_bytes=sum(r["bytes"] or 0 for r in results if r["accessible"]))
@@ -180,8 +230,12 @@ def run(module):
         result["msg"] = gated_access.failure_message(denied, sum(1 for r in repos if r["required"]), auth)
         if p["fail_on_denied"]:
             module.fail_json(**result)
-    else:
+    elif auth.get("status") == "ok" or repos:
         result["msg"] = "all %d required repositories are accessible" % sum(1 for r in repos if r["required"])
+    else:
+        result["msg"] = "token not usable: %s" % auth.get("message")
+        if p["fail_on_denied"]:
+            module.fail_json(**result)
     return result
 
 
@@ -200,6 +254,8 @@ def main():
             token_user=dict(type="str", no_log=False),  # a user name, not a secret
             endpoint=dict(type="str"),
             fail_on_denied=dict(type="bool", default=True),
+            proven=dict(type="dict"),
+            on_unproven=dict(type="str", choices=["check", "fail"], default="check"),
         ),
         supports_check_mode=True,
     )

@@ -102,7 +102,7 @@ def test_inventory_maps_state_to_nsenter_hostvars(tmp_path):
         assert res.returncode == 0, res.stderr
         inv = json.loads(res.stdout)
         assert inv["ct200"]["hosts"] == ["t-1", "t-2"]
-        assert inv["ct200"]["vars"]["ansible_connection"] == "ct200.deploy.nsenter"
+        assert inv["ct200"]["vars"]["ansible_connection"] == "ct200.sandbox.nsenter"
         assert inv["ct200"]["vars"]["ansible_python_interpreter"] == "/usr/bin/python3"
         assert inv["_meta"]["hostvars"]["t-2"] == {"ansible_nsenter_pid": proc.pid,
                                                    "ct200_sandbox_index": 2}

@@ -2,7 +2,8 @@
 process argv on the controller and the host, every file on the host, the host's journal.
 
 Runs the real verify_access playbook (hf_client, hf_token, hf_gated_access roles) through
-ansible-runner against a sandbox host, twice: install, then rotation to a second token.
+ansible-runner against a sandbox host to install a token, then rotate_hf_token.yml to a second
+token (passed by file path, as the ct200 command does).
 """
 
 import json
@@ -51,25 +52,32 @@ class ArgvWatcher(threading.Thread):
 @pytest.fixture
 def sandbox_host(tmp_path):
     state = tmp_path / "sandbox.json"
-    up = subprocess.run([str(REPO / "scripts" / "sandbox.sh"), "up", "--names", "leak-1", "--state", str(state),
-                         "--recreate", "--bind", "%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
+    up = subprocess.run([str(REPO / "scripts" / "sandbox.sh"), "up", "--names", "token-leak-1",
+                         "--state", str(state), "--recreate",
+                         "--bind", "%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
                         capture_output=True, text=True, timeout=180, check=False)
     assert up.returncode == 0, up.stderr
     yield state, json.loads(up.stdout)["hosts"][0]
     subprocess.run([str(REPO / "scripts" / "sandbox.sh"), "down", "--state", str(state)], timeout=120, check=False)
 
 
-def run_playbook(tmp_path, name, state, hub, token):
+def run_playbook(tmp_path, name, state, hub, token, playbook="playbooks/verify_access.yml", pending=None):
     private = tmp_path / ("runner-" + name)
     private.mkdir()
     token_file = tmp_path / ("token-" + name)
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
-    watcher = ArgvWatcher([token])
+    extravars = {}
+    if pending:
+        pending_file = tmp_path / ("pending-" + name)
+        pending_file.write_text(pending + "\n")
+        pending_file.chmod(0o600)
+        extravars["hf_token_new_file"] = str(pending_file)
+    watcher = ArgvWatcher([token] + ([pending] if pending else []))
     watcher.start()
     try:
         result = ansible_runner.run(
-            private_data_dir=str(private), playbook=str(REPO / "playbooks" / "verify_access.yml"),
+            private_data_dir=str(private), playbook=str(REPO / playbook), extravars=extravars,
             inventory=str(REPO / "inventories" / "sandbox"), verbosity=3, cmdline="--diff",
             envvars={"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "CT200_SANDBOX_STATE": str(state),
                      "CT200_HF_ENDPOINT": hub.url, "CT200_HF_TOKEN_FILE": str(token_file), "ANSIBLE_NOCOLOR": "1"},
@@ -111,7 +119,8 @@ def test_no_token_leaks_anywhere(tmp_path, local_hub, sandbox_host, monkeypatch)
     res1, dir1, watch1 = run_playbook(tmp_path, "install", state, local_hub, first)
     out1 = res1.stdout.read()
     assert res1.rc == 0, out1[-4000:]
-    res2, dir2, watch2 = run_playbook(tmp_path, "rotate", state, local_hub, second)
+    res2, dir2, watch2 = run_playbook(tmp_path, "rotate", state, local_hub, first, playbook="rotate_hf_token.yml",
+                                      pending=second)
     out2 = res2.stdout.read()
     assert res2.rc == 0, out2[-4000:]
 

@@ -1,7 +1,7 @@
 """Unit tests of the sandbox fleet helpers (no hosts booted).
 
 scripts/sandbox.py (argument checks, cgroup layout, nspawn command line) and
-the clean-environment wrapping of the ct200.deploy.nsenter connection plugin.
+the clean-environment wrapping of the ct200.sandbox.nsenter connection plugin.
 """
 import importlib.util
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.ct200.deploy.plugins.connection import nsenter as conn
+from ansible_collections.ct200.sandbox.plugins.connection import nsenter as conn
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_plugin_documents_the_upstream_option_names():
 
     doc = yaml.safe_load(conn.DOCUMENTATION)
     assert doc["options"]["nsenter_pid"]["vars"] == [{"name": "ansible_nsenter_pid"}]
-    assert conn.Connection.transport == "ct200.deploy.nsenter"
+    assert conn.Connection.transport == "ct200.sandbox.nsenter"
     assert conn.Connection.has_pipelining is True
 
 
@@ -145,6 +145,114 @@ def test_status_without_state_says_how_to_start(tmp_path):
 def test_scripts_are_valid_bash():
     for name in ("sandbox.sh", "build-rootfs.sh"):
         subprocess.run(["bash", "-n", str(REPO / "scripts" / name)], check=True, timeout=30)
+
+
+# ------------------------------------------------------- --netns (SSH fleet) --
+
+def _load_inventory():
+    spec = importlib.util.spec_from_file_location("ct200_fleet_inv", REPO / "inventories" / "sandbox" / "fleet.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _plan(tmp_path, names=("fleet-1", "fleet-2"), hub=True):
+    import ipaddress
+    return sandbox.net_plan(tmp_path / "state.json", list(names), ipaddress.ip_network("10.200.7.0/24"),
+                            "100mbit", hub, "40mbit" if hub else None)
+
+
+def test_net_plan_addresses_and_interface_names(tmp_path):
+    plan = _plan(tmp_path)
+    assert plan["gateway"] == "10.200.7.1"
+    assert [h["address"] for h in plan["hosts"].values()] == ["10.200.7.11", "10.200.7.12"]
+    assert (plan["hub"]["address"], plan["hub"]["cdn_address"]) == ("10.200.7.2", "10.200.7.3")
+    links = [plan["bridge"], plan["hub"]["veth"], *(h["veth"] for h in plan["hosts"].values())]
+    assert len(set(links)) == len(links) and all(len(n) <= 15 for n in links)  # IFNAMSIZ
+    assert sandbox.plan_namespaces(plan) == ["fleet-1", "fleet-2", plan["hub"]["netns"]]
+    # Another state file, other interface names: two fleets never share a bridge.
+    assert sandbox.net_plan(tmp_path / "other.json", ["a-1"], __import__("ipaddress").ip_network(
+        "10.200.8.0/24"), None, False, None)["bridge"] != plan["bridge"]
+
+
+def test_nspawn_command_line_in_a_network_namespace(tmp_path):
+    plan = _plan(tmp_path)
+    argv = sandbox.nspawn_argv("/r", "fleet-2", [], plan)
+    assert "--network-namespace-path=/run/netns/fleet-2" in argv
+    assert f"--bind-ro={plan['ssh_key']}.pub:/root/.ssh/authorized_keys" in argv
+    assert any(a.endswith("/hosts/fleet-2/ssh_host_ed25519_key:/etc/ssh/ssh_host_ed25519_key") for a in argv)
+    assert argv[-1] == "systemd.wants=ssh.service"  # init argument, after every nspawn option
+
+
+@pytest.mark.parametrize("rate", ["100mbit", "40mbit", "500kbit", "1gbit"])
+def test_tc_rates(rate):
+    args = sandbox.tbf_args(sandbox.parse_rate(rate, "--link-rate"))
+    assert args[:4] == ["root", "tbf", "rate", rate] and int(args[5]) >= 32 * 1024
+
+
+@pytest.mark.parametrize("bad", ["100", "fast", "100 mbit", "0mbit", "100mbps;reboot"])
+def test_tc_rate_errors_name_the_fix(bad):
+    with pytest.raises(sandbox.SandboxError, match="give a tc rate such as 100mbit") as exc:
+        sandbox.parse_rate(bad, "--link-rate")
+    assert exc.value.code == 2
+
+
+def test_subnet_choice_skips_networks_in_use(monkeypatch):
+    import ipaddress
+    used = [ipaddress.ip_network("10.200.0.0/24"), ipaddress.ip_network("10.200.1.0/24")]
+    monkeypatch.setattr(sandbox, "used_networks", lambda: used)
+    assert str(sandbox.pick_subnet(None)) == "10.200.2.0/24"
+    assert str(sandbox.pick_subnet("10.200.9.0/24")) == "10.200.9.0/24"
+    for requested, msg in (("10.200.1.0/24", "already in use"), ("10.200.9.0/16", "/24"),
+                           ("10.200.9.1/24", "host bits")):
+        with pytest.raises(sandbox.SandboxError, match=msg):
+            sandbox.pick_subnet(requested)
+
+
+def test_network_options_need_netns(capsys, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("argument checks run after the root check")
+    rootfs = os.environ.get("CT200_SANDBOX_ROOTFS", "/var/lib/ct200-sandbox/rootfs")
+    if not os.access(os.path.join(rootfs, "lib/systemd/systemd"), os.X_OK):
+        pytest.skip("no rootfs: the rootfs check comes first")
+    rc = sandbox.main(["up", "2", "--link-rate", "100mbit", "--state", str(tmp_path / "s.json")])
+    assert rc == 2 and "--link-rate need --netns" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_ssh_material_known_hosts_and_config(tmp_path):
+    plan = _plan(tmp_path)
+    sandbox.make_ssh_material(plan)
+    known = Path(plan["known_hosts"]).read_text().splitlines()
+    assert [line.split()[0] for line in known] == ["fleet-1,10.200.7.11", "fleet-2,10.200.7.12"]
+    host_keys = {line.split()[2] for line in known}
+    assert len(host_keys) == 2  # one key per host
+    assert oct(os.stat(plan["ssh_key"]).st_mode & 0o777) == "0o600"
+    config = Path(plan["ssh_config"]).read_text()
+    assert "StrictHostKeyChecking yes" in config and f"UserKnownHostsFile {plan['known_hosts']}" in config
+    hosts_file = sandbox.etc_hosts(plan)
+    assert "10.200.7.12\tfleet-2" in hosts_file and "10.200.7.2\tct200-hub" in hosts_file
+
+
+def test_inventory_uses_ssh_for_netns_hosts(tmp_path):
+    inv_mod = _load_inventory()
+    plan = _plan(tmp_path)
+    hosts = [{"name": n, "index": i, "leader_pid": 4242, **plan["hosts"][n]}
+             for i, n in enumerate(plan["hosts"], 1)]
+    inv = inv_mod.inventory(hosts, {"network": plan})
+    group = inv["ct200"]["vars"]
+    assert group["ansible_connection"] == "ssh" and group["ansible_user"] == "root"
+    assert group["ansible_ssh_private_key_file"] == plan["ssh_key"]
+    assert f"UserKnownHostsFile={plan['known_hosts']}" in group["ansible_ssh_common_args"]
+    assert "StrictHostKeyChecking=yes" in group["ansible_ssh_common_args"]
+    assert group["ansible_host_key_checking"] is True and group["ansible_ssh_pipelining"] is True
+    assert group["ansible_control_path_dir"] == plan["control_path_dir"]
+    assert group["ct200_sandbox_hub_address"] == "10.200.7.2"
+    assert inv["_meta"]["hostvars"]["fleet-2"] == {"ansible_host": "10.200.7.12", "ct200_sandbox_index": 2}
+    # Shared-namespace state: unchanged nsenter inventory.
+    shared = inv_mod.inventory(hosts, {"network": {"mode": "shared"}})
+    assert shared["ct200"]["vars"]["ansible_connection"] == "ct200.sandbox.nsenter"
+    assert shared["_meta"]["hostvars"]["fleet-1"] == {"ansible_nsenter_pid": 4242, "ct200_sandbox_index": 1}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,5 +1,5 @@
 # Copyright: ct200-deploy developers
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: Apache-2.0
 """nsenter connection to sandbox hosts, with a clean environment."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ seealso:
 EXAMPLES = r"""
 # inventory (what inventories/sandbox/fleet.py returns for one host)
 # ct200-h1:
-#   ansible_connection: ct200.deploy.nsenter
+#   ansible_connection: ct200.sandbox.nsenter
 #   ansible_nsenter_pid: 4242
 #   ansible_python_interpreter: /usr/bin/python3
 """
@@ -99,7 +99,7 @@ def check_host_path(value):
 class Connection(_UpstreamNsenter):
     """community.docker.nsenter with a clean environment and pipelining."""
 
-    transport = "ct200.deploy.nsenter"
+    transport = "ct200.sandbox.nsenter"
     has_pipelining = True
 
     def exec_command(self, cmd, in_data=None, sudoable=True):

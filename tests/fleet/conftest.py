@@ -1,0 +1,124 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One SSH fleet per test session, shared by every test under tests/fleet/.
+
+``ssh_fleet`` boots 8 sandbox hosts (``fleet-1..8``), each in its own network
+namespace with sshd, reached by Ansible's ``ssh`` connection through
+inventories/sandbox (as production hosts are), and a local Hub in a namespace
+of its own behind a slower link (``ct200-hub`` in the hosts' /etc/hosts).
+Tests share the hosts: leave them as you found them (sshd running, links at
+the session rates) or restore in a ``finally``.
+
+Environment knobs: CT200_FLEET_SIZE (8), CT200_FLEET_PREFIX (fleet; change it
+when two checkouts run fleet tests at the same time), CT200_FLEET_LINK_RATE
+(1gbit), CT200_FLEET_HUB_RATE (400mbit), CT200_FLEET_STATE (state file; the
+default lives in .cache/sandbox/ so a killed session is cleaned by the next).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "support"))
+
+import netlab  # noqa: E402
+
+ROOTFS = os.environ.get("CT200_SANDBOX_ROOTFS", "/var/lib/ct200-sandbox/rootfs")
+FLEET_SIZE = int(os.environ.get("CT200_FLEET_SIZE", "8"))
+PREFIX = os.environ.get("CT200_FLEET_PREFIX", "fleet")
+STATE = Path(os.environ.get("CT200_FLEET_STATE", REPO / ".cache" / "sandbox" / "ssh-fleet.json"))
+WHEELHOUSE = REPO / ".cache" / "wheelhouse"
+
+
+class FleetSession:
+    """What fleet tests get: the hosts, the Hub, and ways to drive both."""
+
+    def __init__(self, fleet: netlab.SshFleet, hub):
+        self.fleet = fleet
+        self.hub = hub
+        self.inventory = netlab.INVENTORY
+        self.state_path = fleet.state_path
+        self.hosts: list[str] = fleet.hosts
+        self.addresses: dict[str, str] = {h: fleet.address(h) for h in self.hosts}
+        self.hub_url: str = hub.url
+        self.up_seconds = fleet.up_seconds
+
+    def env(self, extra: dict | None = None) -> dict:
+        """Environment for Ansible runs: the sandbox inventory's group_vars read
+        the Hub endpoint (and token *file paths*) from it."""
+        return {"CT200_HF_ENDPOINT": self.hub_url, **(extra or {})}
+
+    def run_playbook(self, path, extra_vars_file=None, limit=None, env=None, args=(), timeout=900) -> netlab.Run:
+        return self.fleet.run_playbook(path, extra_vars_file=extra_vars_file, limit=limit,
+                                       env=self.env(env), args=tuple(args), timeout=timeout)
+
+    def popen_playbook(self, path, env=None, args=()):
+        return self.fleet.popen_playbook(path, env=self.env(env), args=tuple(args))
+
+    def ansible(self, pattern, module, module_args=None, *extra, env=None, timeout=300) -> netlab.Run:
+        return self.fleet.ansible(pattern, module, module_args, *extra, env=self.env(env), timeout=timeout)
+
+    def leader_pid(self, host) -> int:
+        """PID (in the machine's namespace) of HOST's systemd."""
+        return self.fleet.host(host)["leader_pid"]
+
+    def exec(self, host, cmd, input=None, timeout=60):
+        return self.fleet.exec(host, cmd, input=input, timeout=timeout)
+
+    def ssh(self, host, cmd, input=None, timeout=30):
+        return self.fleet.ssh(host, cmd, input=input, timeout=timeout)
+
+    def stop_sshd(self, host):
+        self.fleet.stop_sshd(host)
+
+    def start_sshd(self, host, timeout=30):
+        self.fleet.start_sshd(host, timeout=timeout)
+
+    def hub_stats(self) -> dict:
+        return self.hub.stats()
+
+    def hub_reset(self) -> None:
+        self.hub.reset_stats()
+
+
+def start_hub_in_namespace(fleet: netlab.SshFleet, data_dir: Path):
+    """LocalHub inside the fleet's Hub namespace, on both of its addresses:
+    ``.2`` for the API and ``.3`` as the CDN origin of LFS redirects (another
+    origin, so clients drop Authorization as with the real CDN)."""
+    from localhub import LocalHub
+
+    hub = LocalHub(data_dir, host="0.0.0.0", cdn_host=fleet.hub_cdn_address)
+    netlab.in_netns(fleet.hub_namespace, hub.start)
+    # Clients use the API address (hub.url): 0.0.0.0 only names the bind, and
+    # the namespace has no other interface than its link to the lab bridge.
+    hub.host = fleet.hub_address
+    return hub
+
+
+def require_fleet_prereqs() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the SSH fleet needs root (network namespaces, systemd-nspawn)")
+    if not os.access(os.path.join(ROOTFS, "usr/sbin/sshd"), os.X_OK):
+        pytest.fail(f"the rootfs {ROOTFS} has no sshd: run scripts/build-rootfs.sh "
+                    "(or point CT200_SANDBOX_ROOTFS at a rootfs built by the current script)")
+
+
+@pytest.fixture(scope="session")
+def ssh_fleet(tmp_path_factory):
+    require_fleet_prereqs()
+    binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
+    fleet = netlab.SshFleet(STATE, prefix=PREFIX, count=FLEET_SIZE, rootfs=ROOTFS, binds=binds,
+                            link_rate=os.environ.get("CT200_FLEET_LINK_RATE", "1gbit"),
+                            hub_rate=os.environ.get("CT200_FLEET_HUB_RATE", "400mbit"))
+    hub = None
+    try:
+        fleet.up()
+        hub = start_hub_in_namespace(fleet, tmp_path_factory.mktemp("fleet-hub"))
+        yield FleetSession(fleet, hub)
+    finally:
+        if hub is not None:
+            hub.stop()
+        fleet.down()
