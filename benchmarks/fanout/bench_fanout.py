@@ -111,7 +111,7 @@ def run_case(site, commit, files, case, fanout, hosts, poll):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--quick", action="store_true", help="smaller repository (under 10 minutes here)")
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     ap.add_argument("--hosts", type=int, default=8)

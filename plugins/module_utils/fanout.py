@@ -272,7 +272,8 @@ def wait_for(probe, base, path, size, wait, stall, poll, clock=time.monotonic, s
     """Poll until ``base`` has ``path``: "has", "down", or "gave_up" (no progress for ``stall``
     seconds, the peer finished/failed without it, or ``wait`` seconds in all).
 
-    ``HEAD`` after ``poll`` seconds, then less often the longer the wait (up to 0.25 s): the file a child waits for longest is rarely the next to appear, and every request costs
+    ``HEAD`` after ``poll`` seconds, then less often the longer the wait (up to 0.25 s): the file
+    a child waits for longest is rarely the next to appear, and every request costs
     the peer CPU.  The progress document only every ``progress_every`` seconds."""
     started = last_change = clock()
     last_seen = None

@@ -202,9 +202,9 @@ from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePath
 
 def _list(module):
     p = module.params
-    commit, files, hidden = fanout.hub_listing(p["repo_id"], p["revision"], p["local_dir"], token=p["token"],
-                                       endpoint=p["endpoint"], repo_type=p["repo_type"],
-                                       allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"])
+    commit, files, hidden = fanout.hub_listing(
+        p["repo_id"], p["revision"], p["local_dir"], token=p["token"], endpoint=p["endpoint"],
+        repo_type=p["repo_type"], allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"])
     return {"changed": False, "commit": commit, "files": files, "hidden_skipped": hidden,
             "bytes_total": sum(f["size"] for f in files.values())}
 

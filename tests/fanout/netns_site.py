@@ -223,8 +223,8 @@ class Site(object):
         payload = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
         out = os.path.join(self.workdir, "%s-%s-%d.out" % (host, name, len(self.procs)))
         handle = open(out, "wb")
-        proc = subprocess.Popen(self.exec_argv(host, [sys.executable, os.path.join(REPO, "plugins", "modules",
-                                                                                     name + ".py")]),
+        module_path = os.path.join(REPO, "plugins", "modules", name + ".py")
+        proc = subprocess.Popen(self.exec_argv(host, [sys.executable, module_path]),
                                 stdin=subprocess.PIPE, stdout=handle, stderr=subprocess.STDOUT, env=_env())
         proc.stdin.write(payload)
         proc.stdin.close()
@@ -236,8 +236,9 @@ class Site(object):
         return result_of(proc)
 
     def listing(self, repo_id):
-        res = self.module("h0", "hf_fanout_fetch", {"mode": "list", "repo_id": repo_id, "revision": "main",
-                                                   "local_dir": self.local_dir("h0"), "endpoint": self.hub_url})
+        args = {"mode": "list", "repo_id": repo_id, "revision": "main", "local_dir": self.local_dir("h0"),
+                "endpoint": self.hub_url}
+        res = self.module("h0", "hf_fanout_fetch", args)
         if res.get("failed"):
             raise RuntimeError("listing failed: %s" % res.get("msg"))
         return res["commit"], res["files"]
@@ -270,8 +271,8 @@ def result_of(proc):
 
 
 def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE", "http_", "https_",
-                                                                     "HTTP_", "HTTPS_", "no_proxy", "NO_PROXY"))}
+    dropped = ("HF_", "HUGGING_FACE", "http_", "https_", "HTTP_", "HTTPS_", "no_proxy", "NO_PROXY")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "collections"), REPO])
     env["HF_HUB_DISABLE_XET"] = "1"
     return env

@@ -17,8 +17,8 @@ def start_seed(site):
 
 
 def start_child(site, host, fanout=2, **extra):
-    return site.module(host, "hf_fanout_fetch", site.fetch_args(host, REPO_ID, site.commit, site.files, fanout=fanout,
-                                                               **extra), wait=False)
+    args = site.fetch_args(host, REPO_ID, site.commit, site.files, fanout=fanout, **extra)
+    return site.module(host, "hf_fanout_fetch", args, wait=False)
 
 
 def finish(procs, timeout=300):

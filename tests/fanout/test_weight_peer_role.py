@@ -84,7 +84,8 @@ def test_role_installs_serves_is_idempotent_and_removes(host):
     assert rc == 0, out[-4000:]
     assert get(base + "/m/model-1.safetensors")[0] is None  # nothing listens any more
     unit = subprocess.run([SANDBOX, "exec", "--state", str(host), "fanout-peer", "--", "test", "-e",
-                           "/etc/systemd/system/ct200-weight-peer.service"], capture_output=True, timeout=60)
+                           "/etc/systemd/system/ct200-weight-peer.service"], capture_output=True, timeout=60,
+                          check=False)
     assert unit.returncode != 0
     rc, out = playbook(host, "-e", "fo_port=%d" % port, "-e", "fo_state=absent", "--skip-tags", "prepare")
     assert rc == 0 and recap_changed(out) == 0, out[-3000:]
