@@ -29,6 +29,7 @@ PRIVATE to the ct200.deploy collection.
 from __future__ import annotations
 
 import concurrent.futures
+import errno
 import hashlib
 import http.client
 import json
@@ -38,7 +39,8 @@ import time
 import urllib.parse
 
 from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
-from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write, safe_relpath
+from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import repo_path_problem, tree_entry_problem
 
 STATUS_PREFIX = "/_ct200/"
 PROGRESS_NAME = "progress.json"
@@ -141,11 +143,14 @@ def hub_listing(repo_id, revision, local_dir, token=None, endpoint=None, repo_ty
                 allow_patterns=None, ignore_patterns=None):
     """(commit, {path: {"size", "oid", "lfs"}}, hidden paths) of the selected files, from the Hub (on the seed).
 
+    The Hub's listing passes hf_download's checks (``hf_transfer.check_tree``: hf_paths rules for every
+    path, size and oid) before anything is returned, so no host is ever handed a path it would refuse.
     Hidden paths (``.gitattributes``...) are left out of the fan-out: peers serve no dot path."""
     from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
 
-    opts = hf_transfer.Options(repo_id, local_dir, revision=revision, repo_type=repo_type, token=token,
-                               endpoint=endpoint, allow_patterns=allow_patterns, ignore_patterns=ignore_patterns)
+    opts = hf_transfer.Options(repo_id=repo_id, local_dir=local_dir, revision=revision, repo_type=repo_type,
+                               token=token, endpoint=endpoint, allow_patterns=allow_patterns,
+                               ignore_patterns=ignore_patterns)
     opts.validate()
     hub = hf_transfer.Hub(opts)
     commit = revision if hf_transfer.is_commit(revision) else hub.resolve(revision)
@@ -154,6 +159,7 @@ def hub_listing(repo_id, revision, local_dir, token=None, endpoint=None, repo_ty
         hub.auth_check()
         raise FanoutError("the Hub hid the sha256 of %s's files" % repo_id,
                           fix="run the listing with a token that has access to the repository")
+    hf_transfer.check_tree(opts, commit, tree)
     selected, unmatched = hf_transfer.select(tree, allow_patterns, ignore_patterns)
     hidden = [path for path in selected if is_hidden(path)]
     selected = [path for path in selected if not is_hidden(path)]
@@ -170,23 +176,31 @@ def is_hidden(path):
 
 
 def validate_listing(files):
-    """The listing handed to a host: every entry a safe relative path with an int size and a hex oid."""
+    """The listing handed to a host, checked with hf_download's own rules (hf_paths) before any byte moves:
+    every path one hf_download would write, every entry an int size and a hex oid, no hidden path."""
     if not isinstance(files, dict) or not files:
-        raise FanoutError("the file listing is empty or not a mapping",
+        raise FanoutError("the file listing is empty or not a mapping", code="bad_listing",
                           fix="pass the 'files' returned by hf_fanout_fetch mode=list on the seed")
+    fix = "pass the listing of mode=list on the seed unchanged; nothing was written"
     clean = {}
-    for path, info in files.items():
-        safe_relpath(path, "listed file")
+    for path in sorted(files, key=repr):
+        why = repo_path_problem(path)
+        if why:
+            raise FanoutError("the handed listing names the file %r, which is refused because %s" % (path, why),
+                              code="unsafe_path", fix=fix)
         if is_hidden(path):
             raise FanoutError("listed file %r is hidden (a component starts with a dot); peers never serve it"
-                              % path, fix="pass the listing of mode=list unchanged (it leaves hidden files out)")
-        size, oid, lfs = (info or {}).get("size"), (info or {}).get("oid"), bool((info or {}).get("lfs"))
-        want = 64 if lfs else 40
-        if not isinstance(size, int) or size < 0 or not isinstance(oid, str) or len(oid) != want \
-                or any(c not in "0123456789abcdef" for c in oid):
-            raise FanoutError("listing entry for %s is malformed: size %r, oid %r" % (path, size, oid),
-                              fix="pass the listing unchanged from the seed's Hub listing")
-        clean[path] = {"size": size, "oid": oid, "lfs": lfs}
+                              % path, code="bad_listing",
+                              fix="pass the listing of mode=list unchanged (it leaves hidden files out)")
+        info = files[path]
+        if isinstance(info, dict) and not isinstance(info.get("lfs", False), bool):
+            why = "its lfs flag is not a boolean (%r)" % (info.get("lfs"),)
+        else:
+            why = tree_entry_problem(info)
+        if why:
+            raise FanoutError("the handed listing entry for %s is malformed: %s" % (path, why), code="bad_listing",
+                              fix=fix)
+        clean[path] = {"size": info["size"], "oid": info["oid"], "lfs": bool(info.get("lfs"))}
     return clean
 
 
@@ -365,7 +379,7 @@ class Fetcher(object):
 
     def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
                  peer_stall=60.0, poll=0.2, stall_timeout=30.0, max_workers=4, source_attempts=2, parallel_files=4,
-                 progress_interval=1.0, probe=None, clock=time.monotonic, sleep=time.sleep):
+                 progress_interval=1.0, lock_timeout=0.0, probe=None, clock=time.monotonic, sleep=time.sleep):
         self.local_dir = os.path.abspath(local_dir)
         self.repo_id = repo_id
         self.repo_type = repo_type
@@ -381,6 +395,8 @@ class Fetcher(object):
         self.parallel_files = max(1, int(parallel_files))
         self.lock = threading.Lock()
         self.progress_interval = progress_interval
+        self.lock_timeout = lock_timeout
+        self.opts = None
         self.probe = probe or Probe(timeout=min(5.0, stall_timeout))
         self.clock = clock
         self.sleep = sleep
@@ -442,42 +458,79 @@ class Fetcher(object):
             self.write_progress("running")
 
     # ------------------------------------------------------------------ run
-    def _make_plan(self):
+    def _options(self):
+        """hf_download's Options for this directory: the same local_dir checks (not /, not a symlink)."""
         from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
 
-        opts = hf_transfer.Options(self.repo_id, self.local_dir, revision=self.commit, repo_type=self.repo_type)
+        opts = hf_transfer.Options(repo_id=self.repo_id, local_dir=self.local_dir, revision=self.commit,
+                                   repo_type=self.repo_type, stall_timeout=self.stall_timeout,
+                                   lock_timeout=self.lock_timeout)
+        opts.validate()
+        self.opts = opts
+        return opts
+
+    def _make_plan(self, opts):
+        """hf_download's plan (the caller holds the local_dir lock, or writes nothing): one stat per file
+        without following symlinks, a full hash of every file the manifest does not vouch for."""
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+
         manifest = hf_manifest.Manifest.load(self.local_dir)
         manifest.bind_repo(self.repo_id, self.repo_type)
         manifest.set_tree(self.commit, self.files)
-        self.plan = hf_transfer.make_plan(opts, self.commit, self.files, manifest)
-        return opts, manifest, self.plan
+        self.plan = hf_transfer.make_plan(opts, self.commit, self.files, manifest,
+                                          source="the listing handed to this host")
+        return manifest, self.plan
 
     def preview(self):
-        """Check mode: what a run would fetch; nothing is written."""
-        _opts, _manifest, plan = self._make_plan()
+        """Check mode: what a run would fetch; nothing is written and no lock is taken."""
+        plan = self._locally(lambda opts: self._make_plan(opts)[1])
         res = self.result()
         res.update(changed=bool(plan.to_fetch), would_fetch=[pf.as_dict() for pf in plan.to_fetch],
                    bytes_to_fetch=plan.bytes_to_fetch, sources=[s.describe() for s in self.sources])
         return res
 
     def run(self):
+        """Lock local_dir (``lock_timeout``), plan under the lock, fetch, save the manifest."""
+        return self._locally(self._run_locked, lock=True)
+
+    def _locally(self, work, lock=False):
+        """``work(opts)`` with hf_download's verdicts for local trouble: a symlink is ``unsafe_path``,
+        a full disk ``disk_full``, any other OSError ``local_error``."""
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+        from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
+
+        opts = self._options()
+        try:
+            if not lock:
+                return work(opts)
+            with hf_transfer.DirLock(self.local_dir, opts.lock_timeout):
+                return work(opts)
+        except UnsafePathError as exc:
+            raise hf_transfer.DownloadError(
+                str(exc), code="unsafe_path",
+                fix="hf_fanout_fetch follows no symlink it did not create under local_dir %s; remove it and run "
+                    "again" % self.local_dir) from None
+        except OSError as exc:
+            raise hf_transfer.local_error(opts, exc) from None
+
+    def _run_locked(self, opts):
         from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
         from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer_engine as engine_mod
 
-        os.makedirs(self.local_dir, exist_ok=True)
-        opts, manifest, plan = self._make_plan()
-        with hf_transfer.DirLock(self.local_dir):
-            hf_transfer.clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
+        manifest, plan = self._make_plan(opts)
+        hf_transfer.clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
+        manifest.save()
+        self.write_progress("running")
+        try:
+            self._fetch_all(sorted(plan.to_fetch, key=lambda f: f.path), SharedManifest(manifest), engine_mod)
+        except BaseException as exc:
             manifest.save()
-            self.write_progress("running")
-            try:
-                self._fetch_all(sorted(plan.to_fetch, key=lambda f: f.path), SharedManifest(manifest), engine_mod)
-            except FanoutError as exc:
-                manifest.save()
-                self.write_progress("failed", error=exc.message)
-                raise
-            manifest.save()
-            self.write_progress("done")
+            self.write_progress("failed", error=getattr(exc, "message", None) or "%s: %s" % (type(exc).__name__, exc))
+            raise
+        manifest.save()
+        if plan.to_fetch:
+            engine_mod.remove_tmp_dir(self.local_dir)
+        self.write_progress("done")
         return self.result()
 
     def result(self):
@@ -591,6 +644,10 @@ class Fetcher(object):
             engine.run()
             outcome, detail = "ok", ""
         except engine_mod.FetchFailed as exc:
+            if _local_cause(exc):  # this disk, not the source: no other source can help
+                from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+
+                raise hf_transfer.fetch_error(self.opts, exc, engine.stats) from None
             outcome = "rejected" if engine.stats.refetched else "failed"
             detail = str(exc)
         finally:
@@ -598,3 +655,12 @@ class Fetcher(object):
                 self.running.discard(engine)
                 self.by_source[source.name] = self.by_source.get(source.name, 0) + engine.stats.bytes_fetched
         return outcome, engine.stats.bytes_resumed, detail
+
+
+def _local_cause(exc):
+    """A fetch that failed on the local disk (full, or a symlink planted under local_dir)."""
+    from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
+
+    cause = getattr(exc, "cause", None)
+    return isinstance(cause, UnsafePathError) or (
+        isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT))

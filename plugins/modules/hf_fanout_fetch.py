@@ -122,6 +122,13 @@ options:
         pipeline overlap.
     type: int
     default: 4
+  lock_timeout:
+    description:
+      - O(mode=fetch). Seconds to wait when another M(ct200.deploy.hf_download) or M(ct200.deploy.hf_fanout_fetch)
+        holds the lock on O(local_dir). The lock is taken before anything is planned; C(0) fails at once with
+        code C(busy).
+    type: float
+    default: 0
 notes:
   - Check mode (O(mode=fetch)) reports the files that would be fetched and writes nothing.
 """
@@ -194,10 +201,14 @@ would_fetch:
   elements: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
 from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DownloadError
 
 
 def _list(module):
@@ -219,15 +230,16 @@ def _fetcher(module):
     if p["use_hub"]:
         from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import Options
 
-        sources.append(fanout.hub_source(Options(p["repo_id"], p["local_dir"], endpoint=p["endpoint"]).endpoint,
-                                         p["token"]))
+        opts = Options(repo_id=p["repo_id"], local_dir=p["local_dir"], repo_type=p["repo_type"], endpoint=p["endpoint"])
+        opts.validate()
+        sources.append(fanout.hub_source(opts.endpoint, p["token"]))
     if not sources:
         raise fanout.FanoutError("%s is the seed and use_hub is false: it has no source" % p["host"],
                                  fix="run ct200.deploy.hf_download on the seed (it talks to the Hub)")
     return fanout.Fetcher(p["local_dir"], p["repo_id"], p["commit"], p["files"], sources, repo_type=p["repo_type"],
                           peer_wait=p["peer_wait_timeout"], peer_stall=p["peer_stall_timeout"], poll=p["poll_interval"],
                           stall_timeout=p["stall_timeout"], max_workers=p["max_workers"],
-                          parallel_files=p["parallel_files"])
+                          parallel_files=p["parallel_files"], lock_timeout=p["lock_timeout"])
 
 
 def main():
@@ -255,24 +267,24 @@ def main():
             stall_timeout=dict(type="float", default=30.0),
             max_workers=dict(type="int", default=4),
             parallel_files=dict(type="int", default=4),
+            lock_timeout=dict(type="float", default=0.0),
         ),
         supports_check_mode=True,
     )
+    # credentials in an endpoint URL are secrets: masked in every output, invocation included
+    for secret in url_credentials(module.params["endpoint"]) + url_credentials(os.environ.get("HF_ENDPOINT")):
+        module.no_log_values.add(secret)
     try:
         if module.params["mode"] == "list":
             result = _list(module)
         else:
             fetcher = _fetcher(module)
             result = fetcher.preview() if module.check_mode else fetcher.run()
-    except fanout.FanoutError as exc:
+    except (fanout.FanoutError, DownloadError) as exc:  # DownloadError: hf_download's checks, lock and disk verdicts
         module.fail_json(msg=exc.message + (". Fix: " + exc.fix if exc.fix else ""), code=exc.code, fix=exc.fix,
                          **exc.details)
     except UnsafePathError as exc:
         module.fail_json(msg=str(exc), code="unsafe_path")
-    except Exception as exc:  # DownloadError from the shared engine helpers (lock, listing)
-        if hasattr(exc, "fix") and hasattr(exc, "message"):
-            module.fail_json(msg=exc.message + (". Fix: " + exc.fix if exc.fix else ""), code=exc.code, fix=exc.fix)
-        raise
     module.exit_json(**result)
 
 
