@@ -149,3 +149,29 @@ def test_a_dead_peer_is_reported_at_once():
     clock = FakeClock()
     probe = FakeProbe(["down"], [None])
     assert fanout.wait_for(probe, "http://p/m", "f", 1, 1000, 60, 1, clock=clock, sleep=clock.sleep) == "down"
+
+
+@pytest.mark.parametrize("path,code", [
+    ("model.safetensors.ct200tmp", "unsafe_path"),  # the atomic writer's temp suffix
+    ("sub\\model.safetensors", "unsafe_path"),
+    ("sub//model.safetensors", "unsafe_path"),
+    ("sub/./model.safetensors", "unsafe_path"),
+    ("C:model.safetensors", "unsafe_path"),
+    ("bad\x07name", "unsafe_path"),
+])
+def test_handed_listing_paths_follow_hf_downloads_rules(path, code):
+    """A peer/seed listing is held to hf_paths, the same rules as a Hub listing given to hf_download."""
+    with pytest.raises(fanout.FanoutError) as err:
+        fanout.validate_listing({path: {"size": 1, "oid": "a" * 64, "lfs": True}})
+    assert err.value.code == code and "unchanged" in err.value.fix
+
+
+@pytest.mark.parametrize("info", [
+    {"size": True, "oid": "a" * 64, "lfs": True},  # a bool is not a size
+    {"size": 1, "oid": "a" * 64, "lfs": "yes"},
+    "not an object",
+])
+def test_handed_listing_entries_follow_hf_downloads_rules(info):
+    with pytest.raises(fanout.FanoutError) as err:
+        fanout.validate_listing({"model.safetensors": info})
+    assert err.value.code == "bad_listing"
