@@ -379,7 +379,7 @@ class Fetcher(object):
 
     def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
                  peer_stall=60.0, poll=0.2, stall_timeout=30.0, max_workers=4, source_attempts=2, parallel_files=4,
-                 progress_interval=1.0, lock_timeout=0.0, probe=None, clock=time.monotonic, sleep=time.sleep):
+                 progress_interval=1.0, lock_timeout=0.0, min_free_bytes=None, probe=None, clock=time.monotonic, sleep=time.sleep):
         self.local_dir = os.path.abspath(local_dir)
         self.repo_id = repo_id
         self.repo_type = repo_type
@@ -396,6 +396,7 @@ class Fetcher(object):
         self.lock = threading.Lock()
         self.progress_interval = progress_interval
         self.lock_timeout = lock_timeout
+        self.min_free_bytes = min_free_bytes
         self.opts = None
         self.probe = probe or Probe(timeout=min(5.0, stall_timeout))
         self.clock = clock
@@ -464,7 +465,7 @@ class Fetcher(object):
 
         opts = hf_transfer.Options(repo_id=self.repo_id, local_dir=self.local_dir, revision=self.commit,
                                    repo_type=self.repo_type, stall_timeout=self.stall_timeout,
-                                   lock_timeout=self.lock_timeout)
+                                   lock_timeout=self.lock_timeout, min_free_bytes=self.min_free_bytes)
         opts.validate()
         self.opts = opts
         return opts
@@ -518,6 +519,10 @@ class Fetcher(object):
         from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer_engine as engine_mod
 
         manifest, plan = self._make_plan(opts)
+        for pf in plan.to_fetch:
+            pf.partial, _segments = engine_mod.read_partial(self.local_dir, pf.path, pf.oid, pf.size)
+        if plan.to_fetch:
+            hf_transfer.disk_check(opts, plan, self.commit)
         hf_transfer.clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
         manifest.save()
         self.write_progress("running")

@@ -129,6 +129,13 @@ options:
         code C(busy).
     type: float
     default: 0
+  min_free_bytes:
+    description:
+      - O(mode=fetch). Free space to keep on the filesystem of O(local_dir) after the download, checked (as by
+        M(ct200.deploy.hf_download)) before any byte moves; C(disk_full) names the shortfall. Bytes (int) or a
+        size string such as C(10GB) or C(512MiB).
+    type: raw
+    default: 10GB
 notes:
   - Check mode (O(mode=fetch)) reports the files that would be fetched and writes nothing.
 """
@@ -239,7 +246,8 @@ def _fetcher(module):
     return fanout.Fetcher(p["local_dir"], p["repo_id"], p["commit"], p["files"], sources, repo_type=p["repo_type"],
                           peer_wait=p["peer_wait_timeout"], peer_stall=p["peer_stall_timeout"], poll=p["poll_interval"],
                           stall_timeout=p["stall_timeout"], max_workers=p["max_workers"],
-                          parallel_files=p["parallel_files"], lock_timeout=p["lock_timeout"])
+                          parallel_files=p["parallel_files"], lock_timeout=p["lock_timeout"],
+                          min_free_bytes=p["min_free_bytes"])
 
 
 def main():
@@ -268,6 +276,7 @@ def main():
             max_workers=dict(type="int", default=4),
             parallel_files=dict(type="int", default=4),
             lock_timeout=dict(type="float", default=0.0),
+            min_free_bytes=dict(type="raw", default="10GB"),
         ),
         supports_check_mode=True,
     )

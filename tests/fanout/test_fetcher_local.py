@@ -131,3 +131,13 @@ def test_a_file_changed_in_place_with_its_mtime_restored_is_hashed_again(tmp_pat
     res = fetcher(local_dir).preview()
     assert [f["path"] for f in res["would_fetch"]] == ["model-00002.safetensors"]
     assert "content differs" in res["would_fetch"][0]["reason"]
+
+
+def test_too_little_disk_fails_as_disk_full_before_any_byte(tmp_path):
+    local_dir = tmp_path / "m"
+    local_dir.mkdir()
+    run = fetcher(local_dir, min_free_bytes="999999TB")
+    with pytest.raises(hf_transfer.DownloadError) as err:
+        run.run()
+    assert err.value.code == "disk_full" and "min_free_bytes" in err.value.fix
+    assert os.listdir(local_dir) == []  # not even the state directory the failed run created
