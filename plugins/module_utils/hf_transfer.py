@@ -1040,18 +1040,7 @@ def _run_locked(opts, clock, started):
         pf.url = opts.resolve_url(commit, pf.path)
 
     # 3. disk preflight (before any byte moves) ---------------------------------
-    try:
-        checks = disk_preflight.check_requirements(
-            [("%s@%s" % (opts.repo_id, commit[:12]), opts.local_dir, plan.disk_needed)], opts.min_free_bytes
-        )
-    except disk_preflight.DiskSpaceError as exc:
-        raise DownloadError(
-            "not enough disk space for %s: %s" % (opts.repo_id, exc),
-            code="disk_full",
-            fix="free space on that filesystem, pick a larger local_dir, or lower min_free_bytes",
-            details={"disk": [c.as_dict() for c in exc.checks], "bytes_to_download": plan.bytes_to_fetch},
-        )
-    disk = checks[0].as_dict()
+    disk = disk_check(opts, plan, commit)
 
     if not plan.to_fetch:
         return _finish_noop(opts, plan, manifest, started, network_calls, warnings, "hub", disk=disk)
@@ -1154,6 +1143,23 @@ def _run_locked(opts, clock, started):
     if opts.diff:
         res["diff"] = _diff(plan, opts.local_dir)
     return res
+
+
+def disk_check(opts, plan, commit):
+    """Free space for what ``plan`` still has to write (partial files counted), before any byte moves:
+    the filesystem's ``as_dict()``, or DownloadError ``disk_full``.  Also used by the site fan-out."""
+    try:
+        checks = disk_preflight.check_requirements(
+            [("%s@%s" % (opts.repo_id, commit[:12]), opts.local_dir, plan.disk_needed)], opts.min_free_bytes
+        )
+    except disk_preflight.DiskSpaceError as exc:
+        raise DownloadError(
+            "not enough disk space for %s: %s" % (opts.repo_id, exc),
+            code="disk_full",
+            fix="free space on that filesystem, pick a larger local_dir, or lower min_free_bytes",
+            details={"disk": [c.as_dict() for c in exc.checks], "bytes_to_download": plan.bytes_to_fetch},
+        )
+    return checks[0].as_dict()
 
 
 def _mark_failed(progress, stats, message, warnings):

@@ -189,8 +189,8 @@ def test_token_lifecycle_on_the_fleet(fleet, local_hub, tmp_path):
     rc, out = f.play("playbooks/token_drift.yml", "-e", "ct200_report_json=%s" % drift_json)
     drift = json.loads(drift_json.read_text())
     assert rc != 0 and drift["hosts_off"] == ["token-3"] and drift["expected_fingerprint"] == write
-    statuses = {h["host"]: h["status"] for h in drift["hosts"]}
-    assert statuses == {"token-1": "in_sync", "token-2": "in_sync", "token-3": "drift"}
+    drift_statuses = {h["host"]: h["status"] for h in drift["hosts"]}
+    assert drift_statuses == {"token-1": "in_sync", "token-2": "in_sync", "token-3": "drift"}
     assert f.host_tokens()["token-3"] == fine
     rc, out = f.play("playbooks/verify_access.yml")
     assert rc != 0 and "token-3" in out and fine in out and f.host_tokens()["token-3"] == fine

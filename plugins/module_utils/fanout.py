@@ -1,0 +1,671 @@
+# -*- coding: utf-8 -*-
+# Copyright: ct200-deploy developers
+# SPDX-License-Identifier: Apache-2.0
+"""Site fan-out of verified model weights: topology, source selection and the peer fetcher.
+
+PRIVATE to the ct200.deploy collection.
+
+* **Topology.** The site's hosts in inventory order, the seed moved first, form a k-ary
+  tree by index: host ``i`` (``i >= 1``) has parent ``(i - 1) // k``.  ``k = 1`` is a
+  chain, ``k = 2`` a binary tree.  Only the seed talks to the Hub.
+* **Trust.** The expected sha256 (LFS oid, or git blob sha1 of a small file) and size of
+  every file come from the Hub listing made once on the seed (:func:`hub_listing`) and are
+  handed to every host.  A peer is only a source of bytes: its bytes are kept only when they
+  hash to the listed oid (the download engine checks that before renaming into place).
+* **Sources per file**, in order: the parent (waited for while it makes progress), any other
+  peer that has the file now, the seed (waited for too), then the Hub if this host may use it.
+  A source whose bytes fail verification is dropped for that file (cost: that file once);
+  a source that refuses connections is dropped for the rest of the run.
+* **Pipelining.** A peer's nginx answers 404 for a file until it is verified and renamed into
+  place, so a child polls ``HEAD`` and starts file ``j`` as soon as its parent has it.
+  Liveness of a source that lacks a file is read from its progress document
+  (``/_ct200/NAME/progress.json``): no change for ``peer_stall_timeout`` seconds = not coming.
+* **Bytes** move through the same engine as a Hub download (``hf_transfer_engine.Engine``):
+  resumable part files under ``.ct200/tmp``, stall watchdog, hash while writing, rename after
+  verification, manifest record.  One file per engine run, so each file can have its own source;
+  ``parallel_files`` runs overlap (in path order), so per-file round trips do not add up.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import hashlib
+import http.client
+import json
+import os
+import threading
+import time
+import urllib.parse
+
+from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
+from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import repo_path_problem, tree_entry_problem
+
+STATUS_PREFIX = "/_ct200/"
+PROGRESS_NAME = "progress.json"
+USER_AGENT = "ct200-deploy/0.1.0 (hf_fanout_fetch)"
+SOURCE_KINDS = ("parent", "peer", "seed", "hub")
+
+
+class FanoutError(Exception):
+    """Operator-facing failure: ``message`` names the cause, ``fix`` the way out."""
+
+    def __init__(self, message, fix="", code="fanout_failed", details=None):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+        self.code = code
+        self.details = details or {}
+
+
+# ------------------------------------------------------------------- topology
+def site_order(hosts, seed=None):
+    """Hosts of the site with the seed first (default: the first host), order otherwise kept."""
+    hosts = list(hosts)
+    if not hosts:
+        raise FanoutError("the site has no hosts", fix="give the play at least one host")
+    if len(set(hosts)) != len(hosts):
+        raise FanoutError("host names repeat in %s" % hosts, fix="list every host of the site once")
+    seed = seed or hosts[0]
+    if seed not in hosts:
+        raise FanoutError("seed %r is not one of the site's hosts %s" % (seed, hosts),
+                          fix="set the seed to a host of the group, or leave it unset for the first host")
+    return [seed] + [h for h in hosts if h != seed]
+
+
+def check_fanout(fanout):
+    if isinstance(fanout, bool) or not isinstance(fanout, int) or fanout < 1:
+        raise FanoutError("fanout must be an integer >= 1, got %r" % (fanout,),
+                          fix="set the fan-out (children per host): 1 = chain (10 GbE), 2 = binary tree (25 GbE), "
+                              "more on 100 GbE")
+    return fanout
+
+
+def parent_of(index, fanout):
+    return None if index == 0 else (index - 1) // fanout
+
+
+def ancestors(index, fanout):
+    chain = []
+    parent = parent_of(index, fanout)
+    while parent is not None:
+        chain.append(parent)
+        parent = parent_of(parent, fanout)
+    return chain
+
+
+def depth_of(index, fanout):
+    return len(ancestors(index, fanout))
+
+
+def topology(hosts, seed=None, fanout=1):
+    """``{host: {"index", "parent", "depth", "children"}}`` of the k-ary tree."""
+    check_fanout(fanout)
+    order = site_order(hosts, seed)
+    tree = {}
+    for index, host in enumerate(order):
+        parent = parent_of(index, fanout)
+        tree[host] = {"index": index, "parent": None if parent is None else order[parent],
+                      "depth": depth_of(index, fanout), "children": []}
+    for host, node in tree.items():
+        if node["parent"] is not None:
+            tree[node["parent"]]["children"].append(host)
+    return tree
+
+
+def source_order(hosts, host, seed=None, fanout=1):
+    """[(kind, peer host)] for ``host``: parent, other peers (ancestors first), seed.
+
+    The Hub is appended by the fetcher when allowed.  Empty for the seed itself.
+    """
+    check_fanout(fanout)
+    order = site_order(hosts, seed)
+    if host not in order:
+        raise FanoutError("host %r is not one of the site's hosts %s" % (host, order),
+                          fix="run the fan-out on hosts of the site group only")
+    index = order.index(host)
+    if index == 0:
+        return []
+    up = ancestors(index, fanout)
+    parent = up[0]
+    others = [i for i in up[1:] if i != 0]
+    others += [i for i in range(1, len(order)) if i not in (index, parent) and i not in others]
+    sources = [("parent" if parent else "seed", order[parent])]
+    sources += [("peer", order[i]) for i in others]
+    if parent != 0:
+        sources.append(("seed", order[0]))
+    return sources
+
+
+# -------------------------------------------------------------------- listing
+def hub_listing(repo_id, revision, local_dir, token=None, endpoint=None, repo_type="model",
+                allow_patterns=None, ignore_patterns=None):
+    """(commit, {path: {"size", "oid", "lfs"}}, hidden paths) of the selected files, from the Hub (on the seed).
+
+    The Hub's listing passes hf_download's checks (``hf_transfer.check_tree``: hf_paths rules for every
+    path, size and oid) before anything is returned, so no host is ever handed a path it would refuse.
+    Hidden paths (``.gitattributes``...) are left out of the fan-out: peers serve no dot path."""
+    from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+
+    opts = hf_transfer.Options(repo_id=repo_id, local_dir=local_dir, revision=revision, repo_type=repo_type,
+                               token=token, endpoint=endpoint, allow_patterns=allow_patterns,
+                               ignore_patterns=ignore_patterns)
+    opts.validate()
+    hub = hf_transfer.Hub(opts)
+    commit = revision if hf_transfer.is_commit(revision) else hub.resolve(revision)
+    tree, masked = hub.tree(commit)
+    if masked:
+        hub.auth_check()
+        raise FanoutError("the Hub hid the sha256 of %s's files" % repo_id,
+                          fix="run the listing with a token that has access to the repository")
+    hf_transfer.check_tree(opts, commit, tree)
+    selected, unmatched = hf_transfer.select(tree, allow_patterns, ignore_patterns)
+    hidden = [path for path in selected if is_hidden(path)]
+    selected = [path for path in selected if not is_hidden(path)]
+    if not selected:
+        raise FanoutError("no file of %s@%s is selected (unmatched allow patterns: %s)"
+                          % (repo_id, commit[:12], ", ".join(unmatched) or "none"),
+                          fix="check allow_patterns/ignore_patterns")
+    return commit, dict((path, tree[path]) for path in selected), hidden
+
+
+def is_hidden(path):
+    """A path with a component starting with a dot: peers never serve it (state, temp files, git metadata)."""
+    return any(part.startswith(".") for part in path.split("/"))
+
+
+def validate_listing(files):
+    """The listing handed to a host, checked with hf_download's own rules (hf_paths) before any byte moves:
+    every path one hf_download would write, every entry an int size and a hex oid, no hidden path."""
+    if not isinstance(files, dict) or not files:
+        raise FanoutError("the file listing is empty or not a mapping", code="bad_listing",
+                          fix="pass the 'files' returned by hf_fanout_fetch mode=list on the seed")
+    fix = "pass the listing of mode=list on the seed unchanged; nothing was written"
+    clean = {}
+    for path in sorted(files, key=repr):
+        why = repo_path_problem(path)
+        if why:
+            raise FanoutError("the handed listing names the file %r, which is refused because %s" % (path, why),
+                              code="unsafe_path", fix=fix)
+        if is_hidden(path):
+            raise FanoutError("listed file %r is hidden (a component starts with a dot); peers never serve it"
+                              % path, code="bad_listing",
+                              fix="pass the listing of mode=list unchanged (it leaves hidden files out)")
+        info = files[path]
+        if isinstance(info, dict) and not isinstance(info.get("lfs", False), bool):
+            why = "its lfs flag is not a boolean (%r)" % (info.get("lfs"),)
+        else:
+            why = tree_entry_problem(info)
+        if why:
+            raise FanoutError("the handed listing entry for %s is malformed: %s" % (path, why), code="bad_listing",
+                              fix=fix)
+        clean[path] = {"size": info["size"], "oid": info["oid"], "lfs": bool(info.get("lfs"))}
+    return clean
+
+
+# ---------------------------------------------------------------- peer probes
+def _split(url):
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise FanoutError("peer URL %r is not an http:// URL" % url, fix="use http://HOST:PORT/NAME")
+    return parts
+
+
+_KEPT = threading.local()  # one kept-alive connection per thread and peer: polls cost no handshake
+
+
+def _request(url, method, timeout):
+    parts = _split(url)
+    key = (parts.hostname, parts.port or 80)
+    conns = _KEPT.__dict__.setdefault("conns", {})
+    for attempt in (0, 1):
+        conn = conns.get(key)
+        if conn is None:
+            conn = conns[key] = http.client.HTTPConnection(key[0], key[1], timeout=timeout)
+        try:
+            conn.request(method, parts.path or "/", headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
+            resp = conn.getresponse()
+            body = resp.read(65536) if method == "GET" else b""
+            if method == "GET" and not resp.isclosed():
+                resp.read()  # drain: the connection stays usable
+            if resp.will_close:
+                conns.pop(key).close()
+            return resp.status, resp.getheader("Content-Length"), body
+        except (OSError, http.client.HTTPException):
+            conns.pop(key, None)
+            conn.close()
+            if attempt:
+                raise
+    raise OSError("unreachable")  # pragma: no cover
+
+
+def file_url(base, path):
+    return "%s/%s" % (base.rstrip("/"), urllib.parse.quote(path))
+
+
+def status_url(base):
+    """``http://HOST:PORT/NAME`` -> ``http://HOST:PORT/_ct200/NAME/progress.json`` (see the weight_peer role)."""
+    parts = _split(base)
+    name = parts.path.rstrip("/").rsplit("/", 1)[-1]
+    return "http://%s%s%s/%s" % (parts.netloc, STATUS_PREFIX, urllib.parse.quote(name), PROGRESS_NAME)
+
+
+class Probe(object):
+    """HEAD a file at a peer: "has" (200, listed size), "lacks" (404/other size) or "down"."""
+
+    def __init__(self, timeout=5.0):
+        self.timeout = timeout
+
+    def has(self, base, path, size):
+        try:
+            status, length, _body = _request(file_url(base, path), "HEAD", self.timeout)
+        except (OSError, http.client.HTTPException):
+            return "down"
+        if status == 200 and length is not None and length.isdigit() and int(length) == size:
+            return "has"
+        return "lacks"
+
+    def progress(self, base):
+        """A value that changes while the peer works (None when it publishes none)."""
+        try:
+            status, _length, body = _request(status_url(base), "GET", self.timeout)
+            data = json.loads(body.decode("utf-8")) if status == 200 else None
+        except (OSError, http.client.HTTPException, ValueError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        # "upstream" carries the progress of the source this peer is waiting on, so a chain that waits
+        # on a working seed looks alive all the way down, and a stalled one looks stalled.
+        return (data.get("state"), data.get("bytes_done"), data.get("bytes_fetched"), data.get("files_done"),
+                json.dumps(data.get("upstream"), sort_keys=True))
+
+
+def wait_for(probe, base, path, size, wait, stall, poll, clock=time.monotonic, sleep=time.sleep,
+             progress_every=1.0, on_seen=None):
+    """Poll until ``base`` has ``path``: "has", "down", or "gave_up" (no progress for ``stall``
+    seconds, the peer finished/failed without it, or ``wait`` seconds in all).
+
+    ``HEAD`` after ``poll`` seconds, then less often the longer the wait (up to 0.25 s): the file
+    a child waits for longest is rarely the next to appear, and every request costs
+    the peer CPU.  The progress document only every ``progress_every`` seconds."""
+    started = last_change = clock()
+    last_seen = None
+    next_progress = started
+    interval = poll
+    while True:
+        verdict = probe.has(base, path, size)
+        if verdict != "lacks" or not wait:
+            return verdict if verdict != "lacks" else "gave_up"
+        now = clock()
+        if now >= next_progress:
+            next_progress = now + progress_every
+            seen = probe.progress(base)
+            if seen is not None and seen[0] in ("done", "failed"):
+                return "has" if probe.has(base, path, size) == "has" else "gave_up"
+            if seen != last_seen:
+                last_seen, last_change = seen, now
+                if on_seen is not None:
+                    on_seen(seen)
+        if now - last_change >= stall or now - started >= wait:
+            return "gave_up"
+        sleep(interval)
+        interval = min(interval * 1.5, max(poll, 0.25))
+
+
+# -------------------------------------------------------------------- fetcher
+class Source(object):
+    """Where bytes may come from: a peer's nginx (no token) or the Hub (the token, if any)."""
+
+    def __init__(self, kind, name, base, wait=False, headers=None, allowed_origins=frozenset()):
+        if kind not in SOURCE_KINDS:
+            raise FanoutError("unknown source kind %r" % kind, fix="use one of %s" % ", ".join(SOURCE_KINDS))
+        self.kind = kind
+        self.name = name
+        self.base = base.rstrip("/")
+        self.wait = wait
+        self.headers = headers or {"User-Agent": USER_AGENT}
+        self.allowed_origins = allowed_origins
+        self.down = False
+
+    def describe(self):
+        return "%s %s" % (self.kind, self.name)
+
+
+def peer_sources(peers, host, seed=None, fanout=1):
+    """Sources of ``host`` from ``peers`` (ordered [{"name", "url"}] of the whole site)."""
+    urls = {}
+    for peer in peers:
+        if not isinstance(peer, dict) or not peer.get("name") or not peer.get("url"):
+            raise FanoutError("peer entry %r needs 'name' and 'url'" % (peer,),
+                              fix="list every host of the site as {name: HOST, url: http://ADDR:PORT/NAME}")
+        _split(peer["url"])
+        urls[peer["name"]] = peer["url"]
+    order = [p["name"] for p in peers]
+    return [Source(kind, name, urls[name], wait=kind in ("parent", "seed"))
+            for kind, name in source_order(order, host, seed, fanout)]
+
+
+def hub_source(endpoint, token=None):
+    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http import HUB_ORIGINS, origin_of
+
+    headers = {"User-Agent": USER_AGENT}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    return Source("hub", "hub", endpoint, headers=headers, allowed_origins=set(HUB_ORIGINS) | {origin_of(endpoint)})
+
+
+class SharedManifest(object):
+    """The one manifest of a run, shared by concurrent engine runs: each engine records into it
+    and snapshots it to save; both go under one lock here (an engine only locks itself)."""
+
+    def __init__(self, manifest):
+        self._manifest = manifest
+        self._lock = threading.Lock()
+        self.local_dir = manifest.local_dir
+
+    @property
+    def data(self):
+        with self._lock:
+            return json.loads(json.dumps(self._manifest.data))
+
+    def record(self, *args):
+        with self._lock:
+            self._manifest.record(*args)
+
+
+class Fetcher(object):
+    """Fetch the listed files of one repository into ``local_dir`` from ``sources``, in path order."""
+
+    def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
+                 peer_stall=60.0, poll=0.2, stall_timeout=30.0, max_workers=4, source_attempts=2, parallel_files=4,
+                 progress_interval=1.0, lock_timeout=0.0, min_free_bytes=None, probe=None, clock=time.monotonic, sleep=time.sleep):
+        self.local_dir = os.path.abspath(local_dir)
+        self.repo_id = repo_id
+        self.repo_type = repo_type
+        self.commit = commit
+        self.files = validate_listing(files)
+        self.sources = list(sources)
+        self.peer_wait = peer_wait
+        self.peer_stall = peer_stall
+        self.poll = poll
+        self.stall_timeout = stall_timeout
+        self.max_workers = max_workers
+        self.source_attempts = source_attempts
+        self.parallel_files = max(1, int(parallel_files))
+        self.lock = threading.Lock()
+        self.progress_interval = progress_interval
+        self.lock_timeout = lock_timeout
+        self.min_free_bytes = min_free_bytes
+        self.opts = None
+        self.probe = probe or Probe(timeout=min(5.0, stall_timeout))
+        self.clock = clock
+        self.sleep = sleep
+        self.by_source = {}
+        self.files_by_source = {}
+        self.rejected = []
+        self.fallbacks = []
+        self.done_bytes = 0
+        self.done_files = 0
+        self.running = set()
+        self.upstream = None
+        self.plan = None
+        self.started = clock()
+        self.last_progress = 0.0
+
+    # ------------------------------------------------------------- progress
+    def progress_doc(self, state, error=None):
+        plan = self.plan
+        with self.lock:
+            current = sum(engine.stats.bytes_fetched for engine in self.running)
+            fetched = sum(self.by_source.values()) + current
+        total = plan.bytes_total if plan else 0
+        present = plan.bytes_present if plan else 0
+        elapsed = max(self.clock() - self.started, 1e-6)
+        return {
+            "pid": os.getpid(), "state": state, "repo_id": self.repo_id, "revision": self.commit,
+            "commit": self.commit, "local_dir": self.local_dir, "bytes_total": total,
+            "bytes_done": min(total, present + self.done_bytes + current),
+            "bytes_to_fetch": plan.bytes_to_fetch if plan else 0, "bytes_fetched": fetched,
+            "files_total": len(plan.files) if plan else 0,
+            "files_done": (len(plan.files) - len(plan.to_fetch) + self.done_files) if plan else 0,
+            "files_to_fetch": len(plan.to_fetch) if plan else 0,
+            "rate": round(fetched / elapsed, 1), "eta_seconds": None, "elapsed": round(elapsed, 1),
+            "retries": len(self.fallbacks), "updated": time.time(), "error": error,
+            "sources": dict(self.by_source), "upstream": self.upstream,
+        }
+
+    def write_progress(self, state, error=None):
+        doc = self.progress_doc(state, error)
+        path = os.path.join(hf_manifest.state_dir(self.local_dir), PROGRESS_NAME)
+        try:
+            atomic_write(path, json.dumps(doc), mode=0o644, root=self.local_dir, create_dirs=True)
+        except OSError:
+            pass  # progress is advisory; the run goes on
+        return doc
+
+    def _upstream_moved(self, seen):
+        with self.lock:
+            self.upstream = hashlib.sha256(repr(seen).encode("utf-8")).hexdigest()[:16]
+        self._tick()
+
+    def _tick(self, _engine=None):
+        now = self.clock()
+        with self.lock:
+            due = now - self.last_progress >= self.progress_interval
+            if due:
+                self.last_progress = now
+        if due:
+            self.write_progress("running")
+
+    # ------------------------------------------------------------------ run
+    def _options(self):
+        """hf_download's Options for this directory: the same local_dir checks (not /, not a symlink)."""
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+
+        opts = hf_transfer.Options(repo_id=self.repo_id, local_dir=self.local_dir, revision=self.commit,
+                                   repo_type=self.repo_type, stall_timeout=self.stall_timeout,
+                                   lock_timeout=self.lock_timeout, min_free_bytes=self.min_free_bytes)
+        opts.validate()
+        self.opts = opts
+        return opts
+
+    def _make_plan(self, opts):
+        """hf_download's plan (the caller holds the local_dir lock, or writes nothing): one stat per file
+        without following symlinks, a full hash of every file the manifest does not vouch for."""
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+
+        manifest = hf_manifest.Manifest.load(self.local_dir)
+        manifest.bind_repo(self.repo_id, self.repo_type)
+        manifest.set_tree(self.commit, self.files)
+        self.plan = hf_transfer.make_plan(opts, self.commit, self.files, manifest,
+                                          source="the listing handed to this host")
+        return manifest, self.plan
+
+    def preview(self):
+        """Check mode: what a run would fetch; nothing is written and no lock is taken."""
+        plan = self._locally(lambda opts: self._make_plan(opts)[1])
+        res = self.result()
+        res.update(changed=bool(plan.to_fetch), would_fetch=[pf.as_dict() for pf in plan.to_fetch],
+                   bytes_to_fetch=plan.bytes_to_fetch, sources=[s.describe() for s in self.sources])
+        return res
+
+    def run(self):
+        """Lock local_dir (``lock_timeout``), plan under the lock, fetch, save the manifest."""
+        return self._locally(self._run_locked, lock=True)
+
+    def _locally(self, work, lock=False):
+        """``work(opts)`` with hf_download's verdicts for local trouble: a symlink is ``unsafe_path``,
+        a full disk ``disk_full``, any other OSError ``local_error``."""
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+        from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
+
+        opts = self._options()
+        try:
+            if not lock:
+                return work(opts)
+            with hf_transfer.DirLock(self.local_dir, opts.lock_timeout):
+                return work(opts)
+        except UnsafePathError as exc:
+            raise hf_transfer.DownloadError(
+                str(exc), code="unsafe_path",
+                fix="hf_fanout_fetch follows no symlink it did not create under local_dir %s; remove it and run "
+                    "again" % self.local_dir) from None
+        except OSError as exc:
+            raise hf_transfer.local_error(opts, exc) from None
+
+    def _run_locked(self, opts):
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer_engine as engine_mod
+
+        manifest, plan = self._make_plan(opts)
+        for pf in plan.to_fetch:
+            pf.partial, _segments = engine_mod.read_partial(self.local_dir, pf.path, pf.oid, pf.size)
+        if plan.to_fetch:
+            hf_transfer.disk_check(opts, plan, self.commit)
+        hf_transfer.clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
+        manifest.save()
+        self.write_progress("running")
+        try:
+            self._fetch_all(sorted(plan.to_fetch, key=lambda f: f.path), SharedManifest(manifest), engine_mod)
+        except BaseException as exc:
+            manifest.save()
+            self.write_progress("failed", error=getattr(exc, "message", None) or "%s: %s" % (type(exc).__name__, exc))
+            raise
+        manifest.save()
+        if plan.to_fetch:
+            engine_mod.remove_tmp_dir(self.local_dir)
+        self.write_progress("done")
+        return self.result()
+
+    def result(self):
+        plan = self.plan
+        return {
+            "changed": bool(plan.to_fetch), "commit": self.commit, "local_dir": self.local_dir,
+            "files": len(plan.files), "files_fetched": self.done_files, "files_present": len(plan.files) - len(plan.to_fetch),
+            "bytes_total": plan.bytes_total, "bytes_fetched": sum(self.by_source.values()),
+            "bytes_by_source": dict(self.by_source), "files_by_source": dict(self.files_by_source),
+            "rejected": list(self.rejected), "fallbacks": list(self.fallbacks),
+            "seconds": round(self.clock() - self.started, 3),
+        }
+
+    def _fetch_all(self, files, manifest, engine_mod):
+        """Files in path order, ``parallel_files`` at a time; the first failure stops the rest.
+
+        One poller per host: this thread waits until the first source that is worth waiting for
+        (parent, else seed) has the next file, then hands it to a worker.  Workers run the full
+        source order themselves, so a parent that dies or gives up is handled per file."""
+        stop = threading.Event()
+        primary = next((source for source in self.sources if source.wait), None)
+
+        def one(pf):
+            if not stop.is_set():
+                try:
+                    self._fetch_file(pf, manifest, engine_mod)
+                except BaseException:
+                    stop.set()
+                    raise
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.parallel_files) as pool:
+            futures = []
+            for pf in files:
+                if stop.is_set():
+                    break
+                if primary is not None and not primary.down:
+                    verdict = wait_for(self.probe, primary.base, pf.path, pf.size, self.peer_wait, self.peer_stall,
+                                       self.poll, clock=self.clock, sleep=self.sleep, on_seen=self._upstream_moved)
+                    if verdict == "down":
+                        primary.down = True
+                    elif verdict == "gave_up":
+                        primary = None  # the workers wait (or not) per file from here on
+                futures.append(pool.submit(one, pf))
+            for future in futures:
+                future.result()
+
+    def _fetch_file(self, pf, manifest, engine_mod):
+        causes = []
+        for source in self.sources:
+            if source.down:
+                continue
+            outcome = self._from_source(pf, source, manifest, engine_mod)
+            if outcome == "ok":
+                with self.lock:
+                    if causes:
+                        self.fallbacks.append({"path": pf.path, "source": source.describe(), "after": causes})
+                    self.done_files += 1
+                    self.done_bytes += pf.size
+                    self.files_by_source[source.name] = self.files_by_source.get(source.name, 0) + 1
+                return
+            causes.append("%s: %s" % (source.describe(), outcome))
+        raise FanoutError("no source could deliver %s verified (%s)" % (pf.path, "; ".join(causes) or "no sources"),
+                          fix="check that the seed finished its Hub download and its weight_peer server runs, or "
+                              "allow this host the Hub (use_hub); re-running resumes what is here",
+                          details={"path": pf.path})
+
+    def _from_source(self, pf, source, manifest, engine_mod):
+        """"ok", or why this source gave nothing for ``pf`` (the next one is tried)."""
+        attempts = 0
+        while attempts < self.source_attempts:
+            if source.kind != "hub":
+                verdict = wait_for(self.probe, source.base, pf.path, pf.size,
+                                   self.peer_wait if source.wait else 0, self.peer_stall, self.poll,
+                                   clock=self.clock, sleep=self.sleep, on_seen=self._upstream_moved)
+                if verdict == "down":
+                    source.down = True
+                    return "down"
+                if verdict != "has":
+                    return "does not have it"
+            attempts += 1
+            outcome, resumed, detail = self._engine_fetch(pf, source, manifest, engine_mod)
+            if outcome == "ok":
+                return "ok"
+            if outcome == "rejected":
+                with self.lock:
+                    self.rejected.append({"path": pf.path, "source": source.describe(), "resumed_bytes": resumed})
+                if not resumed:
+                    return "bytes failed verification"
+                # the part file it resumed came from another source; it is gone now: try once more clean
+                continue
+            if source.kind != "hub" and self.probe.has(source.base, pf.path, pf.size) == "down":
+                source.down = True
+                return "down (%s)" % detail
+        return "failed: %s" % detail
+
+    def _engine_fetch(self, pf, source, manifest, engine_mod):
+        """One engine run for one file from one source: ("ok"|"rejected"|"failed", resumed bytes, detail)."""
+        if source.kind == "hub":
+            pf.url = "%s/%s%s/resolve/%s/%s" % (
+                source.base, {"model": "", "dataset": "datasets/", "space": "spaces/"}[self.repo_type],
+                self.repo_id, self.commit, urllib.parse.quote(pf.path))
+        else:
+            pf.url = file_url(source.base, pf.path)
+        engine = engine_mod.Engine(
+            self.local_dir, [pf], source.headers, source.allowed_origins, manifest, self.commit,
+            max_workers=self.max_workers, verify="sha256", stall_timeout=self.stall_timeout, retries=0,
+            on_progress=self._tick, progress_interval=self.progress_interval)
+        with self.lock:
+            self.running.add(engine)
+        try:
+            engine.run()
+            outcome, detail = "ok", ""
+        except engine_mod.FetchFailed as exc:
+            if _local_cause(exc):  # this disk, not the source: no other source can help
+                from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
+
+                raise hf_transfer.fetch_error(self.opts, exc, engine.stats) from None
+            outcome = "rejected" if engine.stats.refetched else "failed"
+            detail = str(exc)
+        finally:
+            with self.lock:
+                self.running.discard(engine)
+                self.by_source[source.name] = self.by_source.get(source.name, 0) + engine.stats.bytes_fetched
+        return outcome, engine.stats.bytes_resumed, detail
+
+
+def _local_cause(exc):
+    """A fetch that failed on the local disk (full, or a symlink planted under local_dir)."""
+    from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
+
+    cause = getattr(exc, "cause", None)
+    return isinstance(cause, UnsafePathError) or (
+        isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT))

@@ -1,0 +1,301 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: ct200-deploy developers
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: hf_fanout_fetch
+short_description: Fetch a Hugging Face repository from the site's peers, verified against the Hub's listing
+version_added: "0.2.0"
+description:
+  - Site fan-out of model weights. One host (the seed) lists the repository at the Hub once (O(mode=list))
+    and downloads it from the Hub (M(ct200.deploy.hf_download)); every other host runs this module with
+    O(mode=fetch) and the listing, and takes the bytes from its peers over the LAN.
+  - B(Topology.) The hosts of O(peers), seed first, form a tree in which host C(i) has parent
+    C((i-1)//fanout); O(fanout=1) is a chain (10 GbE), 2 a binary tree (25 GbE), more for faster links.
+  - B(Sources per file), in path order, are the parent (waited for while it makes progress, so a child starts a file
+    as soon as its parent has verified it), any other peer that has the file, the seed (waited for), and the Hub
+    when O(use_hub) is true. A source that refuses connections is dropped for the run; one whose bytes do not
+    hash to the listed oid is dropped for that file (it costs that file once).
+  - B(Verification from the Hub, never from a peer.) Every file is hashed while it is written and renamed into
+    place only when its sha256 (or git blob sha1) equals the oid of O(files), which must come from the seed's
+    Hub listing. Bytes move through the same engine and manifest as M(ct200.deploy.hf_download) (resumable part
+    files in C(<local_dir>/.ct200/tmp), stall watchdog, progress in C(<local_dir>/.ct200/progress.json)); a
+    later M(ct200.deploy.hf_download) of the same commit is a no-op.
+  - Peers are served by the C(ct200.deploy.weight_peer) role (nginx-light), which never shows a file before it is
+    verified. No token is sent to a peer.
+author: ct200-deploy developers (@ct200-deploy)
+options:
+  mode:
+    description: C(list) returns the Hub listing (run it on the seed); C(fetch) fetches from the peers.
+    type: str
+    choices: [list, fetch]
+    default: fetch
+  repo_id:
+    description: Repository id, C(org/name).
+    type: str
+    required: true
+  repo_type:
+    description: Repository type.
+    type: str
+    choices: [model, dataset, space]
+    default: model
+  local_dir:
+    description: Directory the repository is (or will be) in; the same layout as M(ct200.deploy.hf_download).
+    type: path
+    required: true
+  revision:
+    description: O(mode=list) only. Branch, tag or commit to list; the result's RV(commit) pins every host.
+    type: str
+    default: main
+  allow_patterns:
+    description: O(mode=list) only. Only files matching one of these fnmatch patterns.
+    type: list
+    elements: str
+  ignore_patterns:
+    description: O(mode=list) only. Files matching one of these patterns are left out.
+    type: list
+    elements: str
+  commit:
+    description: O(mode=fetch). The 40-hex commit of the listing.
+    type: str
+  files:
+    description:
+      - O(mode=fetch). The listing from O(mode=list) on the seed, unchanged (path -> size, oid, lfs).
+        It is the only source of expected hashes; nothing a peer says is trusted.
+    type: dict
+  peers:
+    description:
+      - O(mode=fetch). Every host of the site in inventory order, as C({name, url}) with C(url) the base URL
+        of its weight_peer server for this repository (C(http://ADDR:PORT/NAME)).
+    type: list
+    elements: dict
+  host:
+    description: O(mode=fetch). Name (in O(peers)) of the host this runs on.
+    type: str
+  seed:
+    description: O(mode=fetch). Name of the seed host. Defaults to the first of O(peers).
+    type: str
+  fanout:
+    description: O(mode=fetch). Children per host (1 = chain).
+    type: int
+    default: 1
+  use_hub:
+    description: O(mode=fetch). Fall back to the Hub itself after every peer and the seed failed.
+    type: bool
+    default: false
+  endpoint:
+    description: Hub endpoint (O(mode=list), and the Hub fallback). Defaults to C($HF_ENDPOINT), else U(https://huggingface.co).
+    type: str
+  token:
+    description:
+      - Hugging Face token for O(mode=list) and the Hub fallback. Never sent to a peer, logged or returned.
+    type: str
+  peer_wait_timeout:
+    description: O(mode=fetch). Longest wait, in seconds, for the parent or the seed to have one file.
+    type: float
+    default: 3600
+  peer_stall_timeout:
+    description:
+      - O(mode=fetch). A parent or seed that lacks a file and whose published progress has not changed for this
+        many seconds is given up for that file (the next source is tried).
+    type: float
+    default: 60
+  poll_interval:
+    description: O(mode=fetch). Seconds between two checks whether a peer has a file yet.
+    type: float
+    default: 0.2
+  stall_timeout:
+    description: Seconds without a single new byte after which a transfer from a source is abandoned.
+    type: float
+    default: 30
+  max_workers:
+    description: O(mode=fetch). Parallel byte ranges of one big file from one source.
+    type: int
+    default: 4
+  parallel_files:
+    description:
+      - O(mode=fetch). Files in flight at once (taken in path order), so the per-file round trips of the
+        pipeline overlap.
+    type: int
+    default: 4
+  lock_timeout:
+    description:
+      - O(mode=fetch). Seconds to wait when another M(ct200.deploy.hf_download) or M(ct200.deploy.hf_fanout_fetch)
+        holds the lock on O(local_dir). The lock is taken before anything is planned; C(0) fails at once with
+        code C(busy).
+    type: float
+    default: 0
+  min_free_bytes:
+    description:
+      - O(mode=fetch). Free space to keep on the filesystem of O(local_dir) after the download, checked (as by
+        M(ct200.deploy.hf_download)) before any byte moves; C(disk_full) names the shortfall. Bytes (int) or a
+        size string such as C(10GB) or C(512MiB).
+    type: raw
+    default: 10GB
+notes:
+  - Check mode (O(mode=fetch)) reports the files that would be fetched and writes nothing.
+"""
+
+EXAMPLES = r"""
+- name: List the repository once, on the seed
+  ct200.deploy.hf_fanout_fetch:
+    mode: list
+    repo_id: moonshotai/Kimi-K2.6
+    revision: main
+    local_dir: /models/moonshotai/Kimi-K2.6
+  register: listing
+  run_once: true
+  delegate_to: "{{ ansible_play_hosts_all[0] }}"
+
+- name: Fetch from the peers (the seed runs ct200.deploy.hf_download at the same time)
+  ct200.deploy.hf_fanout_fetch:
+    repo_id: moonshotai/Kimi-K2.6
+    local_dir: /models/moonshotai/Kimi-K2.6
+    commit: "{{ listing.commit }}"
+    files: "{{ listing.files }}"
+    peers: >-
+      {%- set out = [] -%}
+      {%- for h in ansible_play_hosts_all -%}
+      {%-   set _ = out.append({'name': h, 'url': 'http://' ~ hostvars[h].ansible_facts.default_ipv4.address ~ ':8790/target'}) -%}
+      {%- endfor -%}
+      {{- out -}}
+    host: "{{ inventory_hostname }}"
+    fanout: 2
+"""
+
+RETURN = r"""
+commit:
+  description: The commit listed (mode=list) or fetched (mode=fetch).
+  returned: always
+  type: str
+files:
+  description: mode=list. path -> {size, oid, lfs} of the selected files; hand it to every host unchanged.
+  returned: mode=list
+  type: dict
+hidden_skipped:
+  description:
+    - mode=list. Selected paths with a component starting with a dot (for example C(.gitattributes)); peers never
+      serve dot paths, so they are left out of the fan-out (the seed's M(ct200.deploy.hf_download) still has them).
+  returned: mode=list
+  type: list
+  elements: str
+bytes_by_source:
+  description: mode=fetch. Bytes received per source name (peer host names, C(hub)).
+  returned: mode=fetch
+  type: dict
+files_by_source:
+  description: mode=fetch. Files completed per source name.
+  returned: mode=fetch
+  type: dict
+rejected:
+  description: mode=fetch. Files whose bytes from a source failed verification (path, source).
+  returned: mode=fetch
+  type: list
+  elements: dict
+fallbacks:
+  description: mode=fetch. Files that came from another source than the first choice, and why.
+  returned: mode=fetch
+  type: list
+  elements: dict
+would_fetch:
+  description: Check mode. Files that would be fetched.
+  returned: check mode
+  type: list
+  elements: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ct200.deploy.plugins.module_utils import fanout
+from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DownloadError
+
+
+def _list(module):
+    p = module.params
+    commit, files, hidden = fanout.hub_listing(
+        p["repo_id"], p["revision"], p["local_dir"], token=p["token"], endpoint=p["endpoint"],
+        repo_type=p["repo_type"], allow_patterns=p["allow_patterns"], ignore_patterns=p["ignore_patterns"])
+    return {"changed": False, "commit": commit, "files": files, "hidden_skipped": hidden,
+            "bytes_total": sum(f["size"] for f in files.values())}
+
+
+def _fetcher(module):
+    p = module.params
+    missing = [name for name in ("commit", "files", "peers", "host") if not p[name]]
+    if missing:
+        raise fanout.FanoutError("mode=fetch needs %s" % ", ".join(missing),
+                                 fix="pass the seed's listing (commit, files), the site's peers and this host's name")
+    sources = fanout.peer_sources(p["peers"], p["host"], p["seed"], p["fanout"])
+    if p["use_hub"]:
+        from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import Options
+
+        opts = Options(repo_id=p["repo_id"], local_dir=p["local_dir"], repo_type=p["repo_type"], endpoint=p["endpoint"])
+        opts.validate()
+        sources.append(fanout.hub_source(opts.endpoint, p["token"]))
+    if not sources:
+        raise fanout.FanoutError("%s is the seed and use_hub is false: it has no source" % p["host"],
+                                 fix="run ct200.deploy.hf_download on the seed (it talks to the Hub)")
+    return fanout.Fetcher(p["local_dir"], p["repo_id"], p["commit"], p["files"], sources, repo_type=p["repo_type"],
+                          peer_wait=p["peer_wait_timeout"], peer_stall=p["peer_stall_timeout"], poll=p["poll_interval"],
+                          stall_timeout=p["stall_timeout"], max_workers=p["max_workers"],
+                          parallel_files=p["parallel_files"], lock_timeout=p["lock_timeout"],
+                          min_free_bytes=p["min_free_bytes"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            mode=dict(type="str", choices=["list", "fetch"], default="fetch"),
+            repo_id=dict(type="str", required=True),
+            repo_type=dict(type="str", choices=["model", "dataset", "space"], default="model"),
+            local_dir=dict(type="path", required=True),
+            revision=dict(type="str", default="main"),
+            allow_patterns=dict(type="list", elements="str"),
+            ignore_patterns=dict(type="list", elements="str"),
+            commit=dict(type="str"),
+            files=dict(type="dict"),
+            peers=dict(type="list", elements="dict"),
+            host=dict(type="str"),
+            seed=dict(type="str"),
+            fanout=dict(type="int", default=1),
+            use_hub=dict(type="bool", default=False),
+            endpoint=dict(type="str"),
+            token=dict(type="str", no_log=True),
+            peer_wait_timeout=dict(type="float", default=3600.0),
+            peer_stall_timeout=dict(type="float", default=60.0),
+            poll_interval=dict(type="float", default=0.2),
+            stall_timeout=dict(type="float", default=30.0),
+            max_workers=dict(type="int", default=4),
+            parallel_files=dict(type="int", default=4),
+            lock_timeout=dict(type="float", default=0.0),
+            min_free_bytes=dict(type="raw", default="10GB"),
+        ),
+        supports_check_mode=True,
+    )
+    # credentials in an endpoint URL are secrets: masked in every output, invocation included
+    for secret in url_credentials(module.params["endpoint"]) + url_credentials(os.environ.get("HF_ENDPOINT")):
+        module.no_log_values.add(secret)
+    try:
+        if module.params["mode"] == "list":
+            result = _list(module)
+        else:
+            fetcher = _fetcher(module)
+            result = fetcher.preview() if module.check_mode else fetcher.run()
+    except (fanout.FanoutError, DownloadError) as exc:  # DownloadError: hf_download's checks, lock and disk verdicts
+        module.fail_json(msg=exc.message + (". Fix: " + exc.fix if exc.fix else ""), code=exc.code, fix=exc.fix,
+                         **exc.details)
+    except UnsafePathError as exc:
+        module.fail_json(msg=str(exc), code="unsafe_path")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
