@@ -3,7 +3,8 @@
 #  1. Debian packages (sandbox hosts, systemd-analyze, Debian's python3.11 venv support)
 #  2. the controller venv .venv (Python 3.11, pinned ranges from pyproject.toml)
 #  3. a wheelhouse with huggingface_hub for the sandbox hosts (no PyPI from inside)
-#  4. the sandbox host root filesystem (Debian bookworm, systemd)
+#  4. the sandbox host root filesystem (Debian bookworm, systemd), the SGLang wheelhouse
+#     and the local apt repository the hosts install from
 #  5. the CPU-only SGLang parser venvs (0.5.23 and 0.5.11) used to check rendered command lines
 # Each step is skipped when its stamp says it is up to date.
 set -euo pipefail
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 log() { printf '\n== bootstrap: %s\n' "$*"; }
 
-APT_PACKAGES=(mmdebstrap systemd-container iproute2 util-linux ca-certificates curl systemd python3.11-venv)
+APT_PACKAGES=(mmdebstrap systemd-container iproute2 util-linux ca-certificates curl systemd python3.11-venv dpkg-dev)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -41,6 +42,11 @@ fi
 
 log "sandbox root filesystem"
 scripts/build-rootfs.sh
+
+log "SGLang wheelhouse for the sandbox hosts (installed by the sglang_runtime role)"
+scripts/sglang-wheelhouse.sh 0.5.23
+log "local apt repository for the sandbox hosts (no internet inside)"
+scripts/local-apt-repo.sh ninja-build numactl python3-apt
 
 for v in 0.5.23 0.5.11; do
   log "SGLang $v parser venv"

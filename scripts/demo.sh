@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: a local Hub (Kimi-K2.6-shaped public target,
 # gated DFlash drafter) and a sandbox fleet of real systemd hosts, deployed with
-# exactly the playbook operators run against inventories/ct200. No GPU: the SGLang
-# process on the hosts is the test stand-in that validates its argv with SGLang's parser.
+# exactly the playbook operators run against inventories/ct200. The hosts start bare:
+# the sglang_runtime role installs SGLang 0.5.23 from a wheelhouse (as on an air-gapped
+# site) and ninja/numactl from a local apt repository. No GPU: the preflight reports GPUs
+# absent, and the SGLang process on the hosts is the test stand-in (installed from the
+# same wheelhouse) that validates its argv with SGLang's own parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
@@ -32,29 +35,45 @@ CT200_HF_ENDPOINT=$(python -c 'import json,sys; print(json.load(open(sys.argv[1]
 export CT200_HF_ENDPOINT
 echo "   $CT200_HF_ENDPOINT"
 
-echo "== sandbox fleet ($HOSTS hosts)"
+echo "== sandbox fleet ($HOSTS hosts): bare, no GPU, no internet"
+scripts/sglang-wheelhouse.sh 0.5.23 >/dev/null   # sglang + CPU torch + parser deps + the stand-in wheel
+scripts/local-apt-repo.sh ninja-build numactl python3-apt >/dev/null
+# Each host's SGLang venv (2.3 GB installed) goes to a disk directory, not the hosts'
+# RAM overlay; emptied here so the runtime install is really shown.
+rm -rf "$STATE_DIR/disk" && mkdir -p "$STATE_DIR/disk"
 binds=(--bind "$PWD/.cache/wheelhouse:/srv/wheelhouse:ro"
-       --bind "$PWD/.cache/sglang-venv-0.5.23:/opt/ct200-sglang-venv:ro"  # fixed path: units use PrivateTmp
-       --bind "$PWD/tools/sglang_standin:/opt/ct200-standin:ro")
+       --bind "$PWD/.cache/sglang-wheelhouse-0.5.23-cpu:/srv/sglang-wheelhouse:ro"
+       --bind "$PWD/.cache/apt-repo:/srv/apt-repo:ro"
+       --bind "$PWD/.cache/apt-repo/sources.list:/etc/apt/sources.list:ro"
+       --bind "$STATE_DIR/disk:/srv/ct200-disk")
 scripts/sandbox.sh up "$HOSTS" "${binds[@]}"
 
 run() { echo; echo "\$ $*"; "$@"; }
 
 echo
-echo "== 1. Deploy with a token that was granted access to the gated drafter"
+echo "== 0. Preflight: one table for the fleet, before any weight byte (GPUs absent: the serving stand-in runs)"
 # The token reaches Ansible as a 0600 file (as a vault would), never through the environment.
 export CT200_HF_TOKEN_FILE=$STATE_DIR/hf_token
 (umask 077; python -m localhub token granted > "$CT200_HF_TOKEN_FILE")
-run ansible-playbook deploy_kimi.yml -i inventories/sandbox --diff
+run ansible-playbook playbooks/preflight.yml -i inventories/sandbox -e "ct200_preflight_json=$STATE_DIR/preflight.json" \
+  | sed -n '/one table for the fleet/,/PLAY RECAP/p'
+echo "   JSON: $STATE_DIR/preflight.json"
+
+echo
+echo "== 1. Deploy with a token that was granted access to the gated drafter (installs the SGLang runtime first)"
+run ansible-playbook deploy_kimi.yml -i inventories/sandbox --diff -e "ct200_preflight_json=$STATE_DIR/preflight.json" \
+  | tee "$STATE_DIR/deploy.log" | grep -E -A3 'TASK .*(pip install SGLang|smoke completion|one table)|PLAY RECAP' || true
+grep -Eq 'failed=[1-9]|unreachable=[1-9]' "$STATE_DIR/deploy.log" && { echo "deploy failed (log: $STATE_DIR/deploy.log)"; exit 1; }
 
 echo
 echo "== 2. Re-run: nothing changes (idempotence)"
-run ansible-playbook deploy_kimi.yml -i inventories/sandbox | tee "$STATE_DIR/rerun.log" | tail -n 8
+run ansible-playbook deploy_kimi.yml -i inventories/sandbox -e "ct200_preflight_json=$STATE_DIR/preflight.json" \
+  | tee "$STATE_DIR/rerun.log" | tail -n 8
 grep -Eq 'changed=[1-9]' "$STATE_DIR/rerun.log" && { echo "second run changed something"; exit 1; }
 
 echo
 echo "== 2b. Check mode predicts nothing to change"
-run ansible-playbook deploy_kimi.yml -i inventories/sandbox --check | tee "$STATE_DIR/check.log" | tail -n 4
+run ansible-playbook deploy_kimi.yml -i inventories/sandbox --check -e "ct200_preflight_json=$STATE_DIR/preflight.json" | tee "$STATE_DIR/check.log" | tail -n 4
 grep -Eq 'changed=[1-9]' "$STATE_DIR/check.log" && { echo "check mode predicted a change"; exit 1; }
 
 echo
@@ -64,4 +83,4 @@ if run ansible-playbook playbooks/verify_access.yml -i inventories/sandbox; then
   echo "expected the access check to refuse the drafter"; exit 1
 fi
 echo
-echo "demo: OK (deploy, idempotent re-run, check mode, and a refused token explained above)"
+echo "demo: OK (preflight table, runtime install, deploy with a smoke completion, idempotent re-run, check mode, refused token)"

@@ -59,3 +59,63 @@ def test_hf_gated_access_role_fails_when_the_hub_is_unreachable(tmp_path):
         "hf_gated_access_repos": "[{repo_id: moonshotai/Kimi-K2.6}]"})
     assert rc != 0, out[-3000:]
     assert "127.0.0.1:9" in out and "x" * 34 not in out
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# TEST ONLY: a host with %(count)d GPUs and driver %(driver)s (the GPU is the one thing we mock)
+case "$1" in
+  --query-gpu=*) i=0; while [ $i -lt %(count)d ]; do
+      echo "$i, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 00000000:1$i:00.0, %(driver)s"; i=$((i+1)); done ;;
+  *) echo "| NVIDIA-SMI %(driver)s    Driver Version: %(driver)s    CUDA Version: %(cuda)s |" ;;
+esac
+"""
+
+
+def fake_nvidia_smi(tmp_path, count, driver="580.95.05", cuda="13.0"):
+    path = tmp_path / ("nvidia-smi-%d-%s" % (count, driver))
+    path.write_text(FAKE_NVIDIA_SMI % {"count": count, "driver": driver, "cuda": cuda})
+    path.chmod(0o755)
+    return path
+
+
+def runtime_vars(tmp_path, **over):
+    role_vars = {"sglang_runtime_venv": str(tmp_path / "sglang-venv"), "sglang_runtime_apt_packages": "[]",
+                 "sglang_runtime_cache_dir": str(tmp_path / "cache")}
+    role_vars.update(over)
+    role_vars.setdefault("sglang_runtime_nvidia_smi", str(fake_nvidia_smi(tmp_path, 8)))
+    return role_vars
+
+
+def test_sglang_runtime_refuses_an_unreachable_wheelhouse_before_installing(tmp_path):
+    rc, out = run_role(tmp_path, "ct200.deploy.sglang_runtime", runtime_vars(
+        tmp_path, sglang_runtime_wheelhouse=str(tmp_path / "no-wheelhouse"), sglang_runtime_allow_no_gpu="true"))
+    assert rc != 0, out[-3000:]
+    assert "[sglang_runtime] SGLang 0.5.23 is not installed" in out
+    assert "no-wheelhouse" in out and "fix: make wheelhouse" in out
+    assert not (tmp_path / "sglang-venv").exists()  # refused before the venv
+
+
+def test_sglang_runtime_refuses_too_few_gpus_naming_the_numbers(tmp_path):
+    rc, out = run_role(tmp_path, "ct200.deploy.sglang_runtime", runtime_vars(
+        tmp_path, sglang_runtime_nvidia_smi=str(fake_nvidia_smi(tmp_path, 4)), sglang_runtime_gpus_needed=8,
+        sglang_runtime_wheelhouse=str(REPO / ".cache" / "sglang-wheelhouse-0.5.23-cpu")))
+    assert rc != 0, out[-3000:]
+    assert "[gpus] 4 GPU(s) found, the instances need 8" in out
+    assert not (tmp_path / "sglang-venv").exists()
+
+
+def test_sglang_runtime_refuses_an_old_driver_with_the_numbers(tmp_path):
+    rc, out = run_role(tmp_path, "ct200.deploy.sglang_runtime", runtime_vars(
+        tmp_path, sglang_runtime_nvidia_smi=str(fake_nvidia_smi(tmp_path, 8, driver="570.133.20", cuda="12.8")),
+        sglang_runtime_gpus_needed=8))
+    assert rc != 0, out[-3000:]
+    assert "NVIDIA driver 570.133.20 is older than 580.65.06" in out
+    assert "the driver supports CUDA 12.8, SGLang 0.5.23 needs CUDA 13.0" in out
+
+
+def test_sglang_runtime_refuses_a_host_without_gpus_unless_it_is_a_sandbox(tmp_path):
+    rc, out = run_role(tmp_path, "ct200.deploy.sglang_runtime", runtime_vars(
+        tmp_path, sglang_runtime_nvidia_smi=str(tmp_path / "absent-nvidia-smi")))
+    assert rc != 0, out[-3000:]
+    assert "[gpus] no NVIDIA GPU found (nvidia-smi absent)" in out
+    assert "sglang_runtime_allow_no_gpu: true" in out

@@ -17,7 +17,7 @@ from ansible_collections.ct200.deploy.plugins.modules import sglang_service
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE_SPEC = os.path.join(REPO, "roles", "sglang_service", "meta", "argument_specs.yml")
-KEYS = ("type", "choices", "default", "elements", "required")
+KEYS = ("type", "choices", "default", "elements", "required", "no_log")
 
 ROLE_VARS = {
     "sglang_service_instances": {
@@ -48,6 +48,18 @@ ROLE_VARS = {
                                  "description": "Cache of probed SGLang flag manifests."},
     "sglang_service_target": {"type": "bool", "default": True,
                               "description": "Install sglang.target, which wants every instance of the host."},
+    "sglang_service_api_key": {"type": "str", "default": "", "no_log": True,
+                               "description": ["API key of every instance that listens beyond loopback (from a"
+                                               " vault); written to the instance's secret file (0640, no_log),"
+                                               " never to argv, the unit or the environment file."]},
+    "sglang_service_gpu_count": {"type": "int", "default": None,
+                                 "description": ["GPUs on the host from the preflight (ct200.deploy.sglang_runtime);"
+                                                 " null lets the module ask nvidia-smi."]},
+    "sglang_service_gpu_numa_nodes": {"type": "list", "elements": "int", "default": [],
+                                      "description": "NUMA node of each GPU by index, from the preflight (-1 unknown)."},
+    "sglang_service_state_dir": {"type": "str", "default": "/var/lib/ct200-sglang",
+                                 "description": ["Where a restart owed after a failed run is remembered (one flag"
+                                                 " file per instance)."]},
 }
 
 
@@ -82,10 +94,13 @@ def build_role_argument_specs():
     return {"argument_specs": {"main": {
         "short_description": "SGLang DFlash/DDTree instances as systemd units, validated before they are written",
         "description": [
-            "Creates the service user, then for every instance runs ct200.deploy.sglang_service: state present"
-            " (validate, render, systemd-analyze verify, atomic write) in the configure step, then the"
-            " instance's state (start/restart/stop and /server_info proof) in the run step.",
-            "Tags: install, configure, run. Options of sglang_service_instances items mirror the module"
+            "Creates the service user, then for every instance plans it with ct200.deploy.sglang_service (read-only:"
+            " validate, render, systemd-analyze verify) and installs the unit and environment file with"
+            " ansible.builtin.copy validate=, then starts it with ansible.builtin.systemd_service, waits for health"
+            " with ansible.builtin.uri, asserts /server_info and runs one chat completion; on failure prints the"
+            " journal tail and leaves the unit stopped and disabled, keeping the owed restart for the next run.",
+            "Tags: sglang_service_preflight, sglang_service_install, sglang_service_configure, sglang_service_run"
+            " (and sglang_service). Options of sglang_service_instances items mirror the module"
             " (generated from its argument_spec by tests/sglang/test_docs.py).",
         ],
         "options": role_vars,

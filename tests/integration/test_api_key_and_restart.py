@@ -1,0 +1,60 @@
+# SPDX-License-Identifier: Apache-2.0
+"""On a bare sandbox host: deploy_kimi.yml installs the runtime and serves beyond loopback with
+an API key that appears in no output (-vvv --diff), unit, env file or process argv; then a run
+whose instance cannot become healthy prints the journal, leaves the unit stopped and disabled and
+keeps the owed restart, which the next run performs; a final run changes nothing."""
+
+import json
+import secrets
+import subprocess
+
+import pytest
+
+from test_deploy_preflight import CACHE, bare_host, deploy, on_host
+
+pytestmark = pytest.mark.slow
+HOST = "rt-k1"
+SANDBOX_DEFAULTS = {"limit_nofile": "20000", "limit_memlock": "8M", "gpu_memory_gib": 96}
+
+
+@pytest.fixture
+def host(tmp_path):
+    state = bare_host(tmp_path, HOST, CACHE / "sglang-wheelhouse-0.5.23-cpu")
+    yield state
+    subprocess.run([str(CACHE.parent / "scripts" / "sandbox.sh"), "down", "--state", str(state)], timeout=120,
+                   check=False)
+
+
+def test_api_key_never_leaks_and_an_owed_restart_survives_a_failed_run(host, local_hub, tmp_path):
+    key = secrets.token_hex(24)
+    # a port of its own: sandbox hosts share the machine's network namespace with other fleets
+    serve = ["-e", "ct200_sglang_host=0.0.0.0", "-e", "ct200_sglang_port=30741", "-e", "sglang_service_api_key=%s" % key]
+    rc, out = deploy(host, local_hub, tmp_path, "-vvv", "--diff", *serve)
+    assert rc == 0, out[-4000:]
+    assert key not in out
+    assert "/v1/chat/completions answered in" in out
+    unit = on_host(host, HOST, "cat", "/etc/systemd/system/sglang@kimi.service").stdout
+    env = on_host(host, HOST, "cat", "/etc/sglang/kimi.env").stdout
+    argv = on_host(host, HOST, "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+    assert unit and env and "--host 0.0.0.0" in argv
+    assert key not in unit and key not in env and key not in argv
+    mode = on_host(host, HOST, "stat", "-c", "%a %G", "/etc/sglang/kimi.secret.yaml").stdout.split()
+    assert mode == ["640", "sglang"]
+
+    # An instance that never becomes healthy (the stand-in "loads" for 10 minutes).
+    broken = dict(SANDBOX_DEFAULTS, start_timeout=20, environment={"CT200_STANDIN_LOAD_SECONDS": "600"})
+    rc, out = deploy(host, local_hub, tmp_path, "--tags", "sglang_service", *serve,
+                     "-e", json.dumps({"sglang_service_defaults": broken}))
+    assert rc != 0, out[-4000:]
+    assert "Run | journal of kimi" in out and "did not come up" in out and key not in out
+    assert on_host(host, HOST, "systemctl", "is-enabled", "sglang@kimi.service").stdout.strip() == "disabled"
+    assert on_host(host, HOST, "systemctl", "is-active", "sglang@kimi.service").stdout.strip() != "active"
+    assert on_host(host, HOST, "test", "-f", "/var/lib/ct200-sglang/kimi.restart-owed").returncode == 0
+
+    # Back to the good spec: the owed restart happens, the flag goes, and the next run is a no-op.
+    rc, out = deploy(host, local_hub, tmp_path, "--tags", "sglang_service", *serve)
+    assert rc == 0, out[-4000:]
+    assert on_host(host, HOST, "systemctl", "is-enabled", "sglang@kimi.service").stdout.strip() == "enabled"
+    assert on_host(host, HOST, "test", "-f", "/var/lib/ct200-sglang/kimi.restart-owed").returncode != 0
+    rc, out = deploy(host, local_hub, tmp_path, *serve)
+    assert rc == 0 and "changed=0" in out.split("PLAY RECAP")[-1], out[-3000:]

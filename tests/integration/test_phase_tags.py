@@ -1,0 +1,31 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Every phase tag of deploy_kimi.yml runs alone on a sandbox host (the preflight carries them
+all), and the first full run on the bare host installs the runtime and serves; `--tags preflight`
+alone touches nothing after the preflight (regression: it crashed on 'model_weights_plan')."""
+
+import subprocess
+
+import pytest
+
+from test_deploy_preflight import CACHE, SANDBOX, bare_host, deploy
+
+pytestmark = pytest.mark.slow
+PHASES = ["preflight", "sglang_runtime", "hf_token", "hf_gated_access", "model_weights", "sglang_service"]
+
+
+def test_each_phase_tag_runs_alone(tmp_path, local_hub):
+    state = bare_host(tmp_path, "rt-t1", CACHE / "sglang-wheelhouse-0.5.23-cpu")
+    try:
+        rc, out = deploy(state, local_hub, tmp_path)
+        assert rc == 0, out[-4000:]
+        assert "Install | pip install SGLang 0.5.23" in out and "/v1/chat/completions answered in" in out
+        for tag in PHASES:
+            rc, out = deploy(state, local_hub, tmp_path, "--tags", tag)
+            assert rc == 0, (tag, out[-3000:])
+            assert "Preflight | one table for the fleet" in out, tag
+            recap = out.split("PLAY RECAP")[-1]
+            assert "changed=0" in recap and "failed=0" in recap, (tag, recap)
+            if tag == "preflight":
+                assert "Run | start kimi" not in out and "Download |" not in out
+    finally:
+        subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
