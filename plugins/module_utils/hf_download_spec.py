@@ -38,6 +38,7 @@ ARGUMENT_SPEC = dict(
     fsync=dict(type="bool", default=False),
     direct_io=dict(type="bool", default=True),
     lock_timeout=dict(type="float", default=0.0),
+    listing=dict(type="list", elements="dict"),
 )
 
 # name -> (lowest, highest, inclusive_low); checked by Options.validate with one message per option

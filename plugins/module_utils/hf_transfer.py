@@ -131,6 +131,7 @@ class Options(object):
         if offline is None:
             offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
         self.offline = offline
+        self.listing = values["listing"]
 
     def _size(self, name, value):
         try:
@@ -161,6 +162,9 @@ class Options(object):
             if not ok or value > high or value < low or (value == low and not inclusive):
                 problems.append("%s must be a number %s %s and <= %s, got %r"
                                 % (name, ">=" if inclusive else ">", low, high, value))
+        if self.listing is not None and not is_commit(self.revision):
+            problems.append("listing is the tree of one commit: revision must be that 40-hex commit, got %r"
+                            % (self.revision,))
         if not isinstance(self.revision, str) or re.search(r"[\x00-\x1f\x7f]", self.revision):
             problems.append("revision %r contains control characters" % (self.revision,))
         if self.local_dir in ("/", ""):
@@ -264,6 +268,23 @@ class Plan(object):
 
 def tree_entry(size, oid, lfs):
     return {"size": size, "oid": oid, "lfs": bool(lfs)}
+
+
+HANDED_LISTING = "the listing handed to hf_download (listing option)"
+
+
+def handed_tree(listing):
+    """The listing option ([{path, size, oid, lfs}], as the controller fetched it once for the fleet)
+    as a tree {path: entry}; make_plan then checks every path and entry like the Hub's own listing."""
+    tree_files = {}
+    for item in listing:
+        path = item.get("path") if isinstance(item, dict) else None
+        if not isinstance(path, str) or path in tree_files:
+            raise DownloadError("%s has an entry without a path, or a path twice (%r); nothing was written"
+                                % (HANDED_LISTING, path), code="bad_listing",
+                                fix="hand the listing exactly as the controller fetched it (ct200.deploy.hf_repo_meta)")
+        tree_files[path] = {"size": item.get("size"), "oid": item.get("oid"), "lfs": item.get("lfs")}
+    return tree_files
 
 
 def select(tree_files, allow_patterns, ignore_patterns):
@@ -590,6 +611,28 @@ class Hub(object):
         headers = build_hf_headers(token=self.token_arg, library_name="ct200-deploy", library_version="0.1.0")
         headers = dict((_canonical(k), v) for k, v in headers.items())
         return headers
+
+
+def controller_meta(opts, want_listing):
+    """(commit, listing or None, Hub API calls) of one repository, for the controller to resolve once
+    and hand to every host: 1 call for a branch or tag, 0 for a 40-hex commit, +1 for the listing."""
+    if is_commit(opts.revision) and not want_listing:
+        return opts.revision, None, 0
+    hub = Hub(opts)
+    calls = 0
+    commit = opts.revision
+    if not is_commit(commit):
+        calls += 1
+        commit = hub.resolve(opts.revision)
+    if not want_listing:
+        return commit, None, calls
+    calls += 1
+    tree_files, masked = hub.tree(commit)
+    if masked:
+        raise DownloadError("the Hub hid the sha256 of %s's files: the token cannot read it" % opts.repo_id,
+                            code="gated", fix="prove access first (hf_gated_access) and check the token")
+    check_tree(opts, commit, tree_files)
+    return commit, [dict(tree_files[path], path=path) for path in sorted(tree_files)], calls
 
 
 def _canonical(name):
@@ -1003,7 +1046,10 @@ def _run_locked(opts, clock, started):
         network_calls += 1
         commit = hub.resolve(opts.revision)
     tree_files = manifest.tree_for(commit)
-    if tree_files is None:
+    source = "the Hub's tree listing"
+    if opts.listing is not None:
+        tree_files, source = handed_tree(opts.listing), HANDED_LISTING
+    elif tree_files is None:
         network_calls += 1
         tree_files, masked = hub.tree(commit)
         if masked:
@@ -1020,7 +1066,7 @@ def _run_locked(opts, clock, started):
         raise DownloadError(
             "%s@%s has no files" % (opts.repo_id, commit), code="entry_not_found", fix="check repo_id and revision"
         )
-    plan = make_plan(opts, commit, tree_files, manifest)
+    plan = make_plan(opts, commit, tree_files, manifest, source=source)
     selected_count = len(plan.files)
     if selected_count == 0:
         raise DownloadError(
@@ -1045,9 +1091,11 @@ def _run_locked(opts, clock, started):
     if not plan.to_fetch:
         return _finish_noop(opts, plan, manifest, started, network_calls, warnings, "hub", disk=disk)
 
-    # 4. access before bytes (a gated repo lists its tree anonymously) -----------
-    network_calls += 1
-    hub.auth_check()
+    # 4. access before bytes (a gated repo lists its tree anonymously); a handed listing
+    # comes from the controller, which proved access once for the whole fleet --------
+    if opts.listing is None:
+        network_calls += 1
+        hub.auth_check()
 
     if opts.check_mode:
         res = _result(

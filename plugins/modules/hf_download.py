@@ -153,6 +153,16 @@ options:
       - C(0) fails at once with code C(busy).
     type: float
     default: 0
+  listing:
+    description:
+      - The tree of the commit O(revision) as the controller fetched it once for the whole fleet
+        (M(ct200.deploy.hf_repo_meta) with O(ct200.deploy.hf_repo_meta#module:list_tree=true)), each entry
+        C({path, size, oid, lfs}). The module then asks the Hub for no listing and no access check (the
+        controller proved access); files are still fetched and verified against these sizes and oids.
+      - Every path and entry is checked like the Hub's own listing (see the notes); O(revision) must be a 40-hex commit.
+      - Unused when the manifest already vouches for every selected file at that commit.
+    type: list
+    elements: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

@@ -1,0 +1,120 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Hub API calls of a no-op deploy do not depend on the fleet size (issue 9 item 3).
+
+On a sandbox fleet (ho-1..ho-3, shared network namespace) the weights and the token are put in
+place once; then the no-op deploy an operator runs is repeated on 1 and on 3 hosts while the local
+Hub counts its API requests (/_admin/stats "api": whoami, model_info/revision, auth-check, tree,
+paths-info, refs). With branch revisions the controller resolves each repository once (2 calls, the
+same for 1 and 3 hosts); with the commits pinned in the inventory it makes none. Nothing is fetched,
+so access is reported as "not needed".
+
+What is counted: `deploy_kimi.yml --tags hf_token,hf_gated_access,model_weights`, i.e. the preflight
+play (it carries every phase tag), the token and access play and the weights play. The SGLang
+runtime and serving phases are left out to keep the test short; they make no Hub request.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localhub.personas import token_for
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+SANDBOX = str(REPO / "scripts" / "sandbox.sh")
+CACHE = REPO / ".cache"
+HOSTS = ("ho-1", "ho-2", "ho-3")
+TAGS = ("--tags", "hf_token,hf_gated_access,model_weights")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    subprocess.run([str(REPO / "scripts" / "sglang-wheelhouse.sh"), "0.5.23"], check=True, timeout=600,
+                   capture_output=True)
+    tmp = tmp_path_factory.mktemp("ho-fleet")
+    (tmp / "disk").mkdir()
+    state = tmp / "fleet.json"
+    argv = [SANDBOX, "up", "--names", ",".join(HOSTS), "--state", str(state), "--recreate"]
+    for bind in ("%s:/srv/wheelhouse:ro" % (CACHE / "wheelhouse"),
+                 "%s:/srv/sglang-wheelhouse:ro" % (CACHE / "sglang-wheelhouse-0.5.23-cpu"),
+                 "%s:/srv/ct200-disk" % (tmp / "disk")):
+        argv += ["--bind", bind]
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert up.returncode == 0, up.stderr
+    yield state
+    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
+
+
+def deploy(state, hub, tmp_path, *extra):
+    token = tmp_path / "token"
+    token.write_text(token_for("granted") + "\n")
+    token.chmod(0o600)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CT200_SANDBOX_STATE=str(state),
+               CT200_HF_ENDPOINT=hub.url, CT200_HF_TOKEN_FILE=str(token), ANSIBLE_NOCOLOR="1")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    report = tmp_path / "preflight.json"
+    proc = subprocess.run(["ansible-playbook", "deploy_kimi.yml", "-i", "inventories/sandbox", *TAGS,
+                           "-e", "ct200_preflight_json=%s" % report, *extra],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    out = proc.stdout + proc.stderr
+    assert token_for("granted") not in out
+    return proc.returncode, out, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def recap(out):
+    return {line.split()[0]: line for line in out.split("PLAY RECAP")[-1].splitlines() if line.startswith(HOSTS)}
+
+
+def one_host_fleet(state, tmp_path):
+    """The sandbox inventory of a fleet of ho-1 alone (a view of the same running host; never brought down
+    through it). Not --limit: the preflight's fleet report runs on localhost, which a limit leaves out."""
+    data = json.loads(state.read_text())
+    data["hosts"] = [h for h in data["hosts"] if h["name"] == HOSTS[0]]
+    data["names"] = [HOSTS[0]]
+    view = tmp_path / "fleet-1.json"
+    view.write_text(json.dumps(data))
+    return view
+
+
+def counted_noop(state, hub, tmp_path, hosts, *extra):
+    (tmp_path / "preflight.json").unlink(missing_ok=True)
+    hub.reset_stats()
+    rc, out, report = deploy(state, hub, tmp_path, *extra)
+    stats = hub.stats()
+    assert rc == 0, out[-4000:]
+    assert sorted(recap(out)) == sorted(hosts)
+    assert all("changed=0" in line and "failed=0" in line for line in recap(out).values()), recap(out)
+    assert stats["resolve"] == 0 and stats["cdn_get"] == 0, stats  # not a byte fetched
+    assert sorted(row["host"] for row in report["hosts"]) == sorted(hosts) and report["ok"]
+    for row in report["hosts"]:
+        assert set(row["access"].values()) == {"not needed: nothing to fetch"}, row
+    assert "access not needed: nothing to fetch" in out
+    return stats["api"], {k: stats[k] for k in ("whoami", "model_info", "auth_check", "tree") if stats[k]}
+
+
+def test_noop_deploy_hub_calls_do_not_grow_with_the_fleet(fleet, local_hub, tmp_path):
+    rc, out, report = deploy(fleet, local_hub, tmp_path)
+    assert rc == 0, out[-4000:]
+    assert local_hub.stats()["cdn_get"] > 0  # the first run fetched the weights
+    commits = report["hosts"][0]["commits"]
+    assert len(commits) == 2 and all(len(c) == 40 for c in commits.values())
+
+    fleets = {"1": (one_host_fleet(fleet, tmp_path), HOSTS[:1]), "3": (fleet, HOSTS)}
+    calls = {}
+    for label, (state, hosts) in fleets.items():
+        calls[label] = counted_noop(state, local_hub, tmp_path, hosts)
+    print("no-op deploy, branch revisions: Hub API calls", calls)
+    assert calls["1"] == calls["3"], calls
+    assert calls["3"][0] <= 2, calls
+    assert calls["3"][1] == {"model_info": 2}, calls  # one revision -> commit per repository
+
+    pinned = ("-e", "ct200_target_revision=%s" % commits["moonshotai/Kimi-K2.6"],
+              "-e", "ct200_draft_revision=%s" % commits["z-lab/Kimi-K2.6-DFlash"])
+    for label, (state, hosts) in fleets.items():
+        calls[label] = counted_noop(state, local_hub, tmp_path, hosts, *pinned)
+    print("no-op deploy, pinned commits: Hub API calls", calls)
+    assert calls["1"] == calls["3"] == (0, {}), calls
