@@ -257,3 +257,12 @@ def test_inventory_uses_ssh_for_netns_hosts(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_inotify_limits_raised_never_lowered(tmp_path):
+    (tmp_path / "max_user_instances").write_text("128\n")
+    (tmp_path / "max_user_watches").write_text("999999999\n")
+    raised = sandbox.ensure_inotify_limits(tmp_path)
+    assert raised == ["max_user_instances 128 -> 8192"]
+    assert (tmp_path / "max_user_instances").read_text() == "8192"
+    assert (tmp_path / "max_user_watches").read_text().strip() == "999999999"
