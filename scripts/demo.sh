@@ -37,7 +37,7 @@ echo "   $CT200_HF_ENDPOINT"
 
 echo "== sandbox fleet ($HOSTS hosts): bare, no GPU, no internet"
 scripts/sglang-wheelhouse.sh 0.5.23 >/dev/null   # sglang + CPU torch + parser deps + the stand-in wheel
-scripts/local-apt-repo.sh ninja-build numactl python3-apt >/dev/null
+scripts/local-apt-repo.sh ninja-build numactl python3-apt nginx-light >/dev/null
 # Each host's SGLang venv (2.3 GB installed) goes to a disk directory, not the hosts'
 # RAM overlay; emptied here so the runtime install is really shown.
 rm -rf "$STATE_DIR/disk" && mkdir -p "$STATE_DIR/disk"

@@ -253,29 +253,34 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-class StateLock:
-    """Serialises up/down/status on one state file."""
+class FileLock:
+    """An exclusive flock on PATH, waited for at most WAIT seconds."""
 
-    def __init__(self, state: Path):
-        state.parent.mkdir(parents=True, exist_ok=True)
-        self.path = state.with_name(state.name + ".lock")
+    def __init__(self, path: Path, wait: float, holder: str):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.wait, self.holder = path, wait, holder
         self.fh = None
 
     def __enter__(self):
         self.fh = open(self.path, "w")
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + self.wait
         while True:
             try:
                 fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return self
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise SandboxError(f"{self.path} is locked by another sandbox.sh for 5 min") from None
-                time.sleep(0.5)
+                    raise SandboxError(f"{self.path} is held by {self.holder} for {self.wait:.0f}s") from None
+                time.sleep(0.2)
 
     def __exit__(self, *exc):
         fcntl.flock(self.fh, fcntl.LOCK_UN)
         self.fh.close()
+
+
+def state_lock(state: Path) -> FileLock:
+    """Serialises up/down/status on one state file."""
+    return FileLock(state.with_name(state.name + ".lock"), 300, "another sandbox.sh on this state file")
 
 
 def registry_entry(name: str) -> dict | None:
@@ -803,7 +808,7 @@ def cmd_up(args) -> int:
     state_path = Path(args.state).resolve()
     logdir = state_path.parent / "logs"
 
-    with StateLock(state_path):
+    with state_lock(state_path):
         old = read_json(state_path)
         wanted = {"names": names, "rootfs": rootfs, "binds": binds, "net_options": net_options}
         if old and not args.recreate and {k: old.get(k) for k in wanted} == wanted and healthy(old):
@@ -901,29 +906,13 @@ def check_net_options(args, rootfs: str) -> dict | None:
     return {"link_rate": link_rate, "hub": hub, "hub_rate": hub_rate, "subnet": args.subnet}
 
 
-class NetLock:
+def net_lock() -> FileLock:
     """Subnets are picked machine-wide: one fleet at a time takes a free one."""
-
-    def __enter__(self):
-        NET_LOCK.parent.mkdir(parents=True, exist_ok=True)
-        self.fh = open(NET_LOCK, "w")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise SandboxError(f"{NET_LOCK} is held by another sandbox.sh for 60s") from None
-                time.sleep(0.2)
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fh, fcntl.LOCK_UN)
-        self.fh.close()
+    return FileLock(NET_LOCK, 60, "another sandbox.sh picking a subnet")
 
 
 def prepare_network(state_path: Path, names: list[str], opts: dict) -> dict:
-    with NetLock():
+    with net_lock():
         subnet = pick_subnet(opts["subnet"])
         plan = net_plan(state_path, names, subnet, opts["link_rate"], opts["hub"], opts["hub_rate"])
         setup_network(plan, state_path)
@@ -967,7 +956,7 @@ def cmd_down(args) -> int:
         raise SandboxError("must run as root", 2)
     state_path = Path(args.state).resolve()
     bases = cgroup_bases()
-    with StateLock(state_path):
+    with state_lock(state_path):
         state = read_json(state_path)
         n = len(hosts_of(state))
         started = time.monotonic()
@@ -1015,7 +1004,7 @@ def cmd_shape(args) -> int:
     if not link_rate and not hub_rate:
         raise SandboxError("give --link-rate RATE and/or --hub-rate RATE", 2)
     state_path = Path(args.state).resolve()
-    with StateLock(state_path):
+    with state_lock(state_path):
         state = read_json(state_path)
         net = (state or {}).get("network") or {}
         if net.get("mode") != "netns":
