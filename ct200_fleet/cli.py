@@ -315,7 +315,7 @@ def promote(session: Session, fleet_proven: bool = False) -> dict:
                   % args.vault_file, file=out)
             return dict(result, ok=False)
     result.update(promote_vault_file(args.vault_file, session.token, var=args.vault_var,
-                                vault_password_file=args.vault_password_file))
+                                     vault_password_file=args.vault_password_file))
     verb = "promoted" if result["changed"] else "already current"
     print("%s: %s %s -> %s in %s (previous kept as %s_previous)" % (
         verb, result["var"], result["previous_fingerprint"], result["fingerprint"], result["path"], result["var"]),

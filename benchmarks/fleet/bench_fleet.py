@@ -195,8 +195,8 @@ def main() -> int:
     started = time.monotonic()
     results = run(args)
     results["bench_wall_s"] = round(time.monotonic() - started, 1)
-    print("\nfleet: %s hosts, forks %d, load average %s" % (results["fleet"], args.forks,
-                                                              " ".join("%.1f" % x for x in os.getloadavg())))
+    load = " ".join("%.1f" % x for x in os.getloadavg())
+    print("\nfleet: %s hosts, forks %d, load average %s" % (results["fleet"], args.forks, load))
     for key in ("rotation_4_over_1", "rotation_8_over_1", "noop_deploy_4_over_1", "noop_deploy_8_over_1",
                 "hub_api_calls_noop_deploy_1", "hub_api_calls_noop_deploy_4", "hub_api_calls_noop_deploy_8",
                 "hub_api_calls_rotation_1", "hub_api_calls_rotation_8"):

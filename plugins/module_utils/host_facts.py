@@ -170,7 +170,7 @@ def check(facts: Dict[str, Any], want: Dict[str, Any]) -> List[Dict[str, str]]:
     if version_tuple(facts.get("driver_version")) < version_tuple(need["driver"]):
         failed.append({"check": "driver", "cause": "NVIDIA driver %s is older than %s, which SGLang %s (CUDA %s "
                        "build) needs on sm_120" % (facts.get("driver_version"), need["driver"],
-                                                  want.get("sglang_version"), need["cuda"]),
+                                                   want.get("sglang_version"), need["cuda"]),
                        "fix": "upgrade the NVIDIA driver to >= %s (R580 branch or newer)" % need["driver"]})
     if version_tuple(facts.get("cuda_driver_version")) < version_tuple(need["cuda"]):
         failed.append({"check": "cuda", "cause": "the driver supports CUDA %s, SGLang %s needs CUDA %s"

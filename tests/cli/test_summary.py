@@ -44,8 +44,8 @@ def test_rotation_report_names_the_restored_host_not_the_run_once_failure():
     ]}
     merged = {h.host: h for h in merge_report(summary, report, hosts)}
     outcome = RunOutcome(rc=2, runner_status="failed", hosts=list(merged.values()), report=report, artifact_dir="/x")
-    assert {name: h.status for name, h in merged.items()} == {"h1": "ok", "h2": "restored", "h3": "skipped",
-                                                               "h4": "unreachable"}
+    statuses = {name: h.status for name, h in merged.items()}
+    assert statuses == {"h1": "ok", "h2": "restored", "h3": "skipped", "h4": "unreachable"}
     assert outcome.failed_hosts == ["h2", "h4"] and not outcome.ok
     assert merged["h1"].failed_task is None, "h1 carries only the run_once report failure"
     assert merged["h1"].fingerprint == "sha256:aaaaaaaaaaaa -> sha256:bbbbbbbbbbbb"
@@ -81,8 +81,8 @@ def test_progress_lines_and_recap_without_report():
         {"event": "playbook_on_play_start", "event_data": {"name": "Fleet status"}},
         result("runner_on_ok", "h1", "A task", changed=False),
         result("runner_on_ok", "h1", "Changes", changed=True),
-        {"event": "runner_on_failed", "event_data": {"host": "h2", "task": "Ignored", "ignore_errors": True,
-                                                      "res": {"msg": "meh"}}},
+        {"event": "runner_on_failed",
+         "event_data": {"host": "h2", "task": "Ignored", "ignore_errors": True, "res": {"msg": "meh"}}},
         result("runner_on_failed", "h2", "Breaks", msg="boom\nsecond line"),
         result("runner_on_unreachable", "h3", "A task", msg="ssh: connect refused"),
         result("runner_on_skipped", "h1", "Skipped"),

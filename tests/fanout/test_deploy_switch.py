@@ -31,16 +31,24 @@ def test_fanout_runs_after_access_and_before_the_weights_play():
     assert [(r["repo_id"], r["local_dir"]) for r in repos] == [(r["repo_id"], r["local_dir"]) for r in wanted]
 
 
-@pytest.mark.parametrize("hosts,switch,expected", [
-    (["a"], None, False),
-    (["a", "b"], None, True),
-    (["a", "b"], False, False),
-    (["a", "b"], "false", False),
-    (["a"], True, True),
+@pytest.mark.parametrize("hosts,switch,fetch,expected", [
+    (["a"], None, None, False),
+    (["a", "b"], None, None, True),
+    (["a", "b"], False, None, False),
+    (["a", "b"], "false", None, False),
+    (["a"], True, None, True),
+    (["a", "b"], None, ["moonshotai/Kimi-K2.6"], True),
+    (["a", "b"], None, [], False),
 ])
-def test_fanout_switch(hosts, switch, expected):
+def test_fanout_switch(hosts, switch, fetch, expected):
+    """Every condition of the import must hold; an empty fetch list (nothing to download) skips it."""
     variables = {"groups": {"ct200": hosts}}
     if switch is not None:
         variables["fanout_enabled"] = switch
+    if fetch is not None:
+        variables["ct200_hub"] = {"fetch": fetch}
     templar = Templar(loader=DataLoader(), variables=variables)
-    assert templar.evaluate_conditional(trust_as_template(PLAYS[fanout_entry()]["when"])) is expected
+    conditions = PLAYS[fanout_entry()]["when"]
+    conditions = conditions if isinstance(conditions, list) else [conditions]
+    results = [templar.evaluate_conditional(trust_as_template(c)) for c in conditions]
+    assert all(results) is expected

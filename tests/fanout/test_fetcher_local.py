@@ -28,8 +28,8 @@ def fetcher(local_dir, **kw):
     return fanout.Fetcher(str(local_dir), "fo/site", "c" * 40, listing(), sources, peer_wait=0, **kw)
 
 
-def place(local_dir, paths=CONTENT):
-    for path in paths:
+def place(local_dir, paths=None):
+    for path in CONTENT if paths is None else paths:
         (local_dir / path).write_bytes(CONTENT[path])
 
 

@@ -12,7 +12,6 @@ netns fan-out tests already build), copied to the hosts by tests/fleet/fanout_pr
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
