@@ -21,4 +21,4 @@ lint: bootstrap
 	@. $(VENV)/bin/activate && ANSIBLE_INVENTORY_UNPARSED_FAILED=false ansible-lint --profile production --offline
 
 clean-sandbox:
-	@scripts/sandbox.sh down || true
+	@tests/support/sandbox/sandbox.sh down || true

@@ -41,7 +41,7 @@ if ! ls .cache/wheelhouse/huggingface_hub-2.4.*.whl >/dev/null 2>&1; then
 fi
 
 log "sandbox root filesystem"
-scripts/build-rootfs.sh
+tests/support/sandbox/build-rootfs.sh
 
 log "SGLang wheelhouse for the sandbox hosts (installed by the sglang_runtime role)"
 scripts/sglang-wheelhouse.sh 0.5.23

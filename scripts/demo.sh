@@ -19,7 +19,7 @@ rm -f "$HUB_STATE"
 
 hub_pid=""
 cleanup() {
-  scripts/sandbox.sh down >/dev/null 2>&1 || true
+  tests/support/sandbox/sandbox.sh down >/dev/null 2>&1 || true
   [[ -n "$hub_pid" ]] && kill "$hub_pid" 2>/dev/null && wait "$hub_pid" 2>/dev/null
   true
 }
@@ -46,7 +46,7 @@ binds=(--bind "$PWD/.cache/wheelhouse:/srv/wheelhouse:ro"
        --bind "$PWD/.cache/apt-repo:/srv/apt-repo:ro"
        --bind "$PWD/.cache/apt-repo/sources.list:/etc/apt/sources.list:ro"
        --bind "$STATE_DIR/disk:/srv/ct200-disk")
-scripts/sandbox.sh up "$HOSTS" "${binds[@]}"
+tests/support/sandbox/sandbox.sh up "$HOSTS" "${binds[@]}"
 
 run() { echo; echo "\$ $*"; "$@"; }
 

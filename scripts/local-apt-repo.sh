@@ -10,7 +10,7 @@
 #   so several roles (ninja-build numactl, nginx-light, ...) share one repo.
 # Writes DIR/Packages(.gz) and DIR/sources.list with the one line the hosts use:
 #   deb [trusted=yes] file:/srv/apt-repo ./
-# Hosts see it with: scripts/sandbox.sh up N --bind DIR:/srv/apt-repo:ro \
+# Hosts see it with: tests/support/sandbox/sandbox.sh up N --bind DIR:/srv/apt-repo:ro \
 #   --bind DIR/sources.list:/etc/apt/sources.list:ro
 # (binding sources.list replaces the rootfs's internet mirrors: apt-get update
 # inside a host then talks to nothing but this directory).
@@ -22,7 +22,7 @@ DEST="${REPO_ROOT}/.cache/apt-repo"
 if [[ "${1:-}" == "--dest" ]]; then DEST="$2"; shift 2; fi
 (($#)) || { echo "usage: $0 [--dest DIR] PKG..." >&2; exit 2; }
 ROOTFS="${CT200_SANDBOX_ROOTFS:-/var/lib/ct200-sandbox/rootfs}"
-[[ -f "${ROOTFS}/var/lib/dpkg/status" ]] || { echo "local-apt-repo: no rootfs at ${ROOTFS}: run scripts/build-rootfs.sh" >&2; exit 2; }
+[[ -f "${ROOTFS}/var/lib/dpkg/status" ]] || { echo "local-apt-repo: no rootfs at ${ROOTFS}: run tests/support/sandbox/build-rootfs.sh" >&2; exit 2; }
 command -v dpkg-scanpackages >/dev/null || { echo "local-apt-repo: dpkg-scanpackages missing: apt-get install dpkg-dev" >&2; exit 2; }
 
 mkdir -p "${DEST}"

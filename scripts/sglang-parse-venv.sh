@@ -4,7 +4,7 @@
 #
 # It runs SGLang's argument parser (prepare_server_args) and, for 0.5.23,
 # ServerArgs.resolve_once(); it cannot serve a model (no CUDA, no kernels).
-# Used by tests/sglang/ (parser checks) and by tools/sglang_standin/ (the test
+# Used by tests/sglang/ (parser checks) and by tests/support/sglang_standin/ (the test
 # stand-in that replaces `python -m sglang.launch_server` on sandbox hosts).
 #
 # Usage: scripts/sglang-parse-venv.sh [VERSION] [DEST]
@@ -50,7 +50,7 @@ BASE=(typing_extensions msgspec numpy orjson psutil pybase64 requests packaging
 # Everything that determines the venv content goes into the stamp. Bump
 # RECIPE when the install steps below change.
 RECIPE=3
-STUB_SHA=$(sha256sum "${REPO_ROOT}/tools/sglang_standin/venv_stubs/torchvision/__init__.py" | cut -c1-16)
+STUB_SHA=$(sha256sum "${REPO_ROOT}/tests/support/sglang_standin/venv_stubs/torchvision/__init__.py" | cut -c1-16)
 STAMP_CONTENT="recipe=${RECIPE} sglang=${VERSION} ${TORCH_PIN} ${TRANSFORMERS} python=${PY} stub=${STUB_SHA}"
 STAMP="${DEST}/.ct200-parse-venv-stamp"
 
@@ -92,12 +92,12 @@ fi
 # 3. Real triton (the resolver and 0.5.11's parse-time checks import it).
 "${PIP[@]}" -c "${CONSTRAINTS}" --no-deps triton
 
-# 4. torchvision import stub (tools/sglang_standin/venv_stubs/torchvision):
+# 4. torchvision import stub (tests/support/sglang_standin/venv_stubs/torchvision):
 #    PyPI torchvision fails on CPU torch ("torchvision::nms does not exist");
 #    SGLang and transformers only import names from it while parsing/resolving.
 SITE="$("${VPY}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 rm -rf "${SITE}/torchvision"
-cp -r "${REPO_ROOT}/tools/sglang_standin/venv_stubs/torchvision" "${SITE}/torchvision"
+cp -r "${REPO_ROOT}/tests/support/sglang_standin/venv_stubs/torchvision" "${SITE}/torchvision"
 
 # 5. Smoke: the parser must import and parse a trivial line.
 "${VPY}" - <<'EOF'

@@ -10,7 +10,7 @@
 #   The full dependency closure of sglang 0.5.23 is a CUDA 13 build (torch
 #   2.14.1 + cu13 wheels, flashinfer, sglang-kernel: several GB) that cannot run
 #   without a GPU anyway.
-#   ct200-sglang-standin: the TEST STAND-IN (tools/sglang_standin) packaged as a
+#   ct200-sglang-standin: the TEST STAND-IN (tests/support/sglang_standin) packaged as a
 #   wheel whose module `ct200_sglang_standin` the sandbox units run instead of
 #   `sglang.launch_server` (role variable sglang_service_launcher).
 # requirements.txt lists every wheel pinned; the role installs it with
@@ -30,7 +30,7 @@ WITHDEPS=(sympy networkx jinja2 fsspec filelock typing_extensions
           msgspec numpy orjson psutil pybase64 requests packaging pillow starlette
           pydantic pyzmq tqdm IPython aiohttp fastapi uvicorn ninja)
 RECIPE=2
-STANDIN_SHA=$(sha256sum "${REPO_ROOT}/tools/sglang_standin/sglang_standin.py" | cut -c1-16)
+STANDIN_SHA=$(sha256sum "${REPO_ROOT}/tests/support/sglang_standin/sglang_standin.py" | cut -c1-16)
 STAMP_CONTENT="recipe=${RECIPE} sglang=${VERSION} standin=${STANDIN_SHA}"
 STAMP="${DEST}/.ct200-wheelhouse-stamp"
 
@@ -53,7 +53,7 @@ printf '%s\n' "torch==2.13.0" > "${CONSTRAINTS}"
 # is a zip with METADATA/WHEEL/RECORD, no build backend needed offline.
 # Its version carries the source hash, so a changed stand-in changes requirements.txt
 # and the role's stamp (the hosts reinstall it).
-"${PY}" - "${REPO_ROOT}/tools/sglang_standin/sglang_standin.py" "${DEST}" "${STANDIN_SHA:0:8}" <<'PYEOF'
+"${PY}" - "${REPO_ROOT}/tests/support/sglang_standin/sglang_standin.py" "${DEST}" "${STANDIN_SHA:0:8}" <<'PYEOF'
 import base64, hashlib, sys, zipfile
 src, dest, sha = sys.argv[1], sys.argv[2], sys.argv[3]
 name, version = "ct200_sglang_standin", "1.0.0+" + sha

@@ -12,6 +12,14 @@ for _path in (SUPPORT_COLLECTIONS, COLLECTIONS):
         sys.path.insert(0, _path)
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
+# Test infrastructure (the local Hub package `localhub`, netlab) lives in tests/support, apart from
+# the product. First on the path, for pytest and for every subprocess it starts (python -m localhub),
+# so a checkout tests its own copy, not the one an editable install of another checkout points at.
+SUPPORT = os.path.join(REPO_ROOT, "tests", "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [SUPPORT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != SUPPORT])
 os.environ.setdefault("ANSIBLE_CONFIG", os.path.join(REPO_ROOT, "ansible.cfg"))
 
 

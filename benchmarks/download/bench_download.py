@@ -73,7 +73,7 @@ class Hub(object):
                "--data-dir", os.path.join(self.data_dir, "hub"), "--state-file", state_file]
         for spec in self.repos:
             cmd += ["--repo", spec]
-        env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+        env = dict(os.environ, PYTHONPATH=os.path.join(REPO_ROOT, "tests", "support"))  # the package localhub
         self.log = open(os.path.join(self.data_dir, "hub.log"), "ab")
         self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         log("starting the local Hub (first run generates %s; later runs reuse it)" % ", ".join(self.repos))

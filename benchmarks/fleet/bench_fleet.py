@@ -9,8 +9,8 @@ refs). Every figure comes from this run; nothing fails on time.
 
 Fleets: "ssh" (default): 8 sandbox hosts, each in its own network namespace with sshd,
 reached over SSH as in production, the Hub in a namespace of its own (tests/support/netlab.py,
-`scripts/sandbox.sh up N --netns`); "shared": hosts sharing the machine's network namespace,
-entered with nsenter (`scripts/sandbox.sh up N --name cli-bench`).
+`tests/support/sandbox/sandbox.sh up N --netns`); "shared": hosts sharing the machine's network namespace,
+entered with nsenter (`tests/support/sandbox/sandbox.sh up N --name cli-bench`).
 
 The "no-op deploy" is benchmarks/fleet/noop_deploy.yml (the token/access and weights plays of
 deploy_kimi.yml, see README.md) run a second time on hosts that already have everything.
@@ -36,7 +36,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "support"), str(REPO / "collecti
 from localhub import LocalHub  # noqa: E402
 from localhub.personas import token_for  # noqa: E402
 
-SANDBOX = REPO / "scripts" / "sandbox.sh"
+SANDBOX = REPO / "tests" / "support" / "sandbox" / "sandbox.sh"
 NOOP_DEPLOY = REPO / "benchmarks" / "fleet" / "noop_deploy.yml"
 ROOTFS = os.environ.get("CT200_SANDBOX_ROOTFS", "/var/lib/ct200-sandbox/rootfs")
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"

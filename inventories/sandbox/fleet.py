@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Dynamic inventory of the sandbox fleet (scripts/sandbox.sh up N).
+"""Dynamic inventory of the sandbox fleet (tests/support/sandbox/sandbox.sh up N).
 
-Reads the JSON state written by scripts/sandbox.sh (path from
+Reads the JSON state written by tests/support/sandbox/sandbox.sh (path from
 $CT200_SANDBOX_STATE, default <repo>/.cache/sandbox/state.json) and returns
 group ``ct200`` with every host.  Hosts of ``sandbox.sh up --netns`` (own
 network namespace, sshd) are reached with the ``ssh`` connection as in
@@ -49,7 +49,7 @@ def _alive_systemd(pid) -> bool:
 
 
 def load_state(path: Path) -> tuple[dict, list[dict]]:
-    hint = "run scripts/sandbox.sh up N"
+    hint = "run tests/support/sandbox/sandbox.sh up N"
     if path != DEFAULT_STATE:
         hint += f" --state {path}"
     try:
@@ -67,7 +67,7 @@ def load_state(path: Path) -> tuple[dict, list[dict]]:
     dead = [h.get("name", "?") for h in hosts if not _alive_systemd(h.get("leader_pid"))]
     if dead:
         raise NotRunning(f"sandbox is not running: {hint} (hosts {', '.join(dead)} from "
-                         f"{path} are gone; 'scripts/sandbox.sh down' cleans up)")
+                         f"{path} are gone; 'tests/support/sandbox/sandbox.sh down' cleans up)")
     return state, hosts
 
 

@@ -20,7 +20,7 @@ from localhub.personas import token_for
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX = str(REPO / "scripts" / "sandbox.sh")
+SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 HOSTS = ("cli-r1", "cli-r2")
 
 

@@ -273,7 +273,7 @@ def result_of(proc):
 def _env():
     dropped = ("HF_", "HUGGING_FACE", "http_", "https_", "HTTP_", "HTTPS_", "no_proxy", "NO_PROXY")
     env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "collections"), REPO])
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO, "collections"), REPO, os.path.join(REPO, "tests", "support")])
     env["HF_HUB_DISABLE_XET"] = "1"
     return env
 

@@ -18,7 +18,7 @@ from tests.fanout.netns_site import APT_DIR, nginx_binary
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX = str(REPO / "scripts" / "sandbox.sh")
+SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 PLAY = "tests/fanout/weight_peer_play.yml"
 
 

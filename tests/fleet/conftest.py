@@ -102,7 +102,7 @@ def require_fleet_prereqs() -> None:
     if os.geteuid() != 0:
         pytest.skip("the SSH fleet needs root (network namespaces, systemd-nspawn)")
     if not os.access(os.path.join(ROOTFS, "usr/sbin/sshd"), os.X_OK):
-        pytest.fail(f"the rootfs {ROOTFS} has no sshd: run scripts/build-rootfs.sh "
+        pytest.fail(f"the rootfs {ROOTFS} has no sshd: run tests/support/sandbox/build-rootfs.sh "
                     "(or point CT200_SANDBOX_ROOTFS at a rootfs built by the current script)")
 
 

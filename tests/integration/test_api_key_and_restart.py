@@ -21,7 +21,7 @@ SANDBOX_DEFAULTS = {"limit_nofile": "20000", "limit_memlock": "8M", "gpu_memory_
 def host(tmp_path):
     state = bare_host(tmp_path, HOST, CACHE / "sglang-wheelhouse-0.5.23-cpu")
     yield state
-    subprocess.run([str(CACHE.parent / "scripts" / "sandbox.sh"), "down", "--state", str(state)], timeout=120,
+    subprocess.run([str(CACHE.parent / "tests" / "support" / "sandbox" / "sandbox.sh"), "down", "--state", str(state)], timeout=120,
                    check=False)
 
 

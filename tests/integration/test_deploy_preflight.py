@@ -16,7 +16,7 @@ from localhub.personas import token_for
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX = str(REPO / "scripts" / "sandbox.sh")
+SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 CACHE = REPO / ".cache"
 FAKE_SMI = """#!/bin/sh
 # TEST ONLY: 4 GPUs, a good driver

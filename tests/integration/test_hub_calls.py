@@ -25,7 +25,7 @@ from localhub.personas import token_for
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX = str(REPO / "scripts" / "sandbox.sh")
+SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 CACHE = REPO / ".cache"
 HOSTS = ("ho-1", "ho-2", "ho-3")
 TAGS = ("--tags", "hf_token,hf_gated_access,model_weights")

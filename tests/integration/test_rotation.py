@@ -23,7 +23,7 @@ from localhub.personas import token_for
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX = str(REPO / "scripts" / "sandbox.sh")
+SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 HOSTS = ("token-1", "token-2", "token-3")
 TOKEN_PATH = "/root/.cache/huggingface/token"
 DRAFTER = "z-lab/Kimi-K2.6-DFlash"

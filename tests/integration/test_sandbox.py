@@ -1,7 +1,7 @@
 """Sandbox fleet: dynamic inventory errors (fast) and real hosts (slow).
 
-The slow tests boot real systemd hosts with scripts/sandbox.sh (root, a rootfs
-from scripts/build-rootfs.sh, systemd-container installed) and run the Molecule
+The slow tests boot real systemd hosts with tests/support/sandbox/sandbox.sh (root, a rootfs
+from tests/support/sandbox/build-rootfs.sh, systemd-container installed) and run the Molecule
 scenario molecule/sandbox_smoke.
 """
 import http.server
@@ -18,13 +18,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET = REPO / "inventories" / "sandbox" / "fleet.py"
-SANDBOX = REPO / "scripts" / "sandbox.sh"
+SANDBOX = REPO / "tests" / "support" / "sandbox" / "sandbox.sh"
 ROOTFS = Path(os.environ.get("CT200_SANDBOX_ROOTFS", "/var/lib/ct200-sandbox/rootfs"))
 REGISTRY = Path("/run/ct200-sandbox/hosts")
 CGROUP_DIRS = [Path("/sys/fs/cgroup/systemd/ct200lab"), Path("/sys/fs/cgroup/unified/ct200lab"),
                Path("/sys/fs/cgroup/ct200lab")]
 VENV_BIN = str(Path(sys.executable).parent)
-NOT_RUNNING = "sandbox is not running: run scripts/sandbox.sh up N"
+NOT_RUNNING = "sandbox is not running: run tests/support/sandbox/sandbox.sh up N"
 
 
 def run_fleet(state: Path, *args):
@@ -119,7 +119,7 @@ def _require_sandbox_prereqs():
     if os.geteuid() != 0:
         pytest.skip("the sandbox fleet needs root")
     if not (ROOTFS / "lib/systemd/systemd").exists() or not shutil.which("systemd-nspawn"):
-        pytest.fail(f"no rootfs at {ROOTFS} or no systemd-nspawn: run scripts/build-rootfs.sh")
+        pytest.fail(f"no rootfs at {ROOTFS} or no systemd-nspawn: run tests/support/sandbox/build-rootfs.sh")
 
 
 def _leftovers(names):

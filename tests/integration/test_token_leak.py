@@ -52,13 +52,13 @@ class ArgvWatcher(threading.Thread):
 @pytest.fixture
 def sandbox_host(tmp_path):
     state = tmp_path / "sandbox.json"
-    up = subprocess.run([str(REPO / "scripts" / "sandbox.sh"), "up", "--names", "token-leak-1",
+    up = subprocess.run([str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh"), "up", "--names", "token-leak-1",
                          "--state", str(state), "--recreate",
                          "--bind", "%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
                         capture_output=True, text=True, timeout=180, check=False)
     assert up.returncode == 0, up.stderr
     yield state, json.loads(up.stdout)["hosts"][0]
-    subprocess.run([str(REPO / "scripts" / "sandbox.sh"), "down", "--state", str(state)], timeout=120, check=False)
+    subprocess.run([str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh"), "down", "--state", str(state)], timeout=120, check=False)
 
 
 def run_playbook(tmp_path, name, state, hub, token, playbook="playbooks/verify_access.yml", pending=None):
@@ -104,7 +104,7 @@ def files_containing(root, needle):
 
 
 def host_files_containing(state, host, needle):
-    cmd = [str(REPO / "scripts" / "sandbox.sh"), "exec", "--state", str(state), host, "--",
+    cmd = [str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh"), "exec", "--state", str(state), host, "--",
            "grep", "-rlaF", "--exclude-dir=proc", "--exclude-dir=sys", "--exclude-dir=dev",
            "--exclude-dir=run", "--exclude-dir=srv", "--exclude-dir=work", "-e", needle, "/"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
@@ -142,7 +142,7 @@ def test_no_token_leaks_anywhere(tmp_path, local_hub, sandbox_host, monkeypatch)
     previous = host_files_containing(state, host["name"], first)
     assert len(previous) == 1 and previous[0].startswith(token_path + "."), \
         "the old token may only survive in the 0600 backup of the token file: %r" % previous
-    journal = subprocess.run([str(REPO / "scripts" / "sandbox.sh"), "exec", "--state", str(state), host["name"],
+    journal = subprocess.run([str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh"), "exec", "--state", str(state), host["name"],
                               "--", "journalctl", "--no-pager", "-o", "cat"], capture_output=True, text=True,
                              timeout=60, check=False).stdout
     assert first not in journal and second not in journal

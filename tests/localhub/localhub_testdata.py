@@ -3,6 +3,7 @@
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SUPPORT_DIR = REPO_ROOT / "tests" / "support"  # the package `localhub` lives here
 MANY_REPO = "test/many-files"
 MANY_FILES = 1205
 BIG_REPO = "test/faulty"

@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from localhub_testdata import REPO_ROOT
+from localhub_testdata import SUPPORT_DIR
 
 from localhub import DRAFTER_REPO, KIMI_CLAIMED_TOTAL_SIZE, PERSONAS, TARGET_REPO, LocalHub, RepoSpec, token_for
 from localhub.content import parse_shards, parse_size
@@ -34,14 +34,14 @@ def test_tokens_are_derived_distinct_and_well_formed():
 
 
 def test_no_token_literal_in_package_sources():
-    for path in (REPO_ROOT / "localhub").rglob("*"):
+    for path in (SUPPORT_DIR / "localhub").rglob("*"):
         if path.is_file() and path.suffix in (".py", ".md", ".json", ".txt"):
             assert not TOKEN_RE.search(path.read_text(errors="replace")), path
 
 
 def test_cli_token_and_personas():
     run = [sys.executable, "-m", "localhub"]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT_DIR)}
     out = subprocess.run(run + ["token", "pending"], capture_output=True, text=True, env=env, timeout=30, check=True)
     assert out.stdout.strip() == token_for("pending")
     bad = subprocess.run(run + ["token", "root"], capture_output=True, text=True, env=env, timeout=30, check=False)
@@ -146,7 +146,7 @@ def test_size_parsing():
 
 def test_cli_serve_state_file_and_sigterm(tmp_path):
     state = tmp_path / "state" / "hub.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT_DIR)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "localhub", "serve", "--host", "127.0.0.1", "--port", "0",
          "--data-dir", str(tmp_path / "data"), "--state-file", str(state),
@@ -186,7 +186,7 @@ def test_cli_serve_state_file_and_sigterm(tmp_path):
 
 def test_cli_serve_rejects_bad_arguments(tmp_path):
     state = tmp_path / "state.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(SUPPORT_DIR)}
     out = subprocess.run(
         [sys.executable, "-m", "localhub", "serve", "--data-dir", str(tmp_path / "d"), "--state-file", str(state),
          "--target-shards", "lots"], env=env, capture_output=True, text=True, timeout=30, check=False)

@@ -14,7 +14,7 @@ from conftest import REPO, kimi_params, plan, qwen_ddtree_params, real_dialect, 
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_flags as flags
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
-VALIDATOR = os.path.join(REPO, "tools", "sglang_standin", "validate_argv.py")
+VALIDATOR = os.path.join(REPO, "tests", "support", "sglang_standin", "validate_argv.py")
 
 
 def validate(version, argv, *opts):

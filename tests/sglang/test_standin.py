@@ -9,7 +9,7 @@ import urllib.request
 
 from conftest import REPO, kimi_params, plan, real_dialect, require_parse_venv
 
-STANDIN = os.path.join(REPO, "tools", "sglang_standin", "sglang_standin.py")
+STANDIN = os.path.join(REPO, "tests", "support", "sglang_standin", "sglang_standin.py")
 
 
 def free_port():

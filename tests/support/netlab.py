@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Test-side control of a sandbox fleet reached over SSH (scripts/sandbox.sh up --netns).
+"""Test-side control of a sandbox fleet reached over SSH (tests/support/sandbox/sandbox.sh up --netns).
 
 ``SshFleet`` brings hosts up and down, runs Ansible against them through the
 sandbox inventory, enters hosts directly (nsenter: works while their sshd is
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX = REPO / "scripts" / "sandbox.sh"
+SANDBOX = REPO / "tests" / "support" / "sandbox" / "sandbox.sh"
 INVENTORY = REPO / "inventories" / "sandbox"
 VENV_BIN = Path(sys.executable).parent
 CLONE_NEWNET = 0x40000000

@@ -85,7 +85,7 @@ def test_ansible_test_sanity(tmp_path):
     home = REPO / ".cache" / "ansible-test-home"
     cache = home / ".ansible" / "test" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(REPO / "tools" / "ansible_test_get_pip.py", cache / ("get_pip_%s.py" % _ansible_test_pip().replace(".", "_")))
+    shutil.copy2(REPO / "tests" / "support" / "ansible_test_get_pip.py", cache / ("get_pip_%s.py" % _ansible_test_pip().replace(".", "_")))
     env = dict(os.environ, HOME=str(home), PATH=str(BIN) + os.pathsep + os.environ["PATH"])
     env.pop("ANSIBLE_CONFIG", None)
     res = subprocess.run([str(BIN / "ansible-test"), "sanity", "--python", "%d.%d" % sys.version_info[:2]],

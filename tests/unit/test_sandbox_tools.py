@@ -1,6 +1,6 @@
 """Unit tests of the sandbox fleet helpers (no hosts booted).
 
-scripts/sandbox.py (argument checks, cgroup layout, nspawn command line) and
+tests/support/sandbox/sandbox.py (argument checks, cgroup layout, nspawn command line) and
 the clean-environment wrapping of the ct200.sandbox.nsenter connection plugin.
 """
 import importlib.util
@@ -14,10 +14,11 @@ import pytest
 from ansible_collections.ct200.sandbox.plugins.connection import nsenter as conn
 
 REPO = Path(__file__).resolve().parents[2]
+SANDBOX_DIR = REPO / "tests" / "support" / "sandbox"
 
 
 def _load_sandbox():
-    spec = importlib.util.spec_from_file_location("ct200_sandbox", REPO / "scripts" / "sandbox.py")
+    spec = importlib.util.spec_from_file_location("ct200_sandbox", SANDBOX_DIR / "sandbox.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -136,15 +137,15 @@ def test_up_rejects_bad_arguments_before_touching_anything(argv, msg, capsys, tm
 
 
 def test_status_without_state_says_how_to_start(tmp_path):
-    res = subprocess.run([str(REPO / "scripts" / "sandbox.sh"), "status", "--state",
+    res = subprocess.run([str(SANDBOX_DIR / "sandbox.sh"), "status", "--state",
                           str(tmp_path / "none.json")], capture_output=True, text=True, timeout=30, check=False)
     assert res.returncode == 3
-    assert "sandbox is not running" in res.stdout and "scripts/sandbox.sh up N" in res.stdout
+    assert "sandbox is not running" in res.stdout and "tests/support/sandbox/sandbox.sh up N" in res.stdout
 
 
 def test_scripts_are_valid_bash():
     for name in ("sandbox.sh", "build-rootfs.sh"):
-        subprocess.run(["bash", "-n", str(REPO / "scripts" / name)], check=True, timeout=30)
+        subprocess.run(["bash", "-n", str(SANDBOX_DIR / name)], check=True, timeout=30)
 
 
 # ------------------------------------------------------- --netns (SSH fleet) --

@@ -9,7 +9,7 @@ name: nsenter
 short_description: Run tasks inside a local systemd-nspawn sandbox host, with a clean environment
 description:
   - Extends P(community.docker.nsenter#connection) for the ct200 sandbox fleet
-    started by C(scripts/sandbox.sh up N). Commands enter every namespace of the host's
+    started by C(tests/support/sandbox/sandbox.sh up N). Commands enter every namespace of the host's
     init process (O(nsenter_pid)) and run there as root.
   - Unlike the upstream plugin, the controller's environment is B(not) passed to the host.
     Every command starts from C(env -i) with only C(PATH), C(LANG) and C(HOME) set, as on
@@ -23,7 +23,7 @@ options:
   nsenter_pid:
     description:
       - PID (as seen from the controller) of the sandbox host's init process.
-      - C(inventories/sandbox/fleet.py) sets it from the state file of C(scripts/sandbox.sh).
+      - C(inventories/sandbox/fleet.py) sets it from the state file of C(tests/support/sandbox/sandbox.sh).
     type: int
     default: 1
     vars:

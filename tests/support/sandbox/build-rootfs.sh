@@ -2,7 +2,7 @@
 # Build the Debian bookworm root filesystem that every sandbox host boots
 # (systemd-nspawn --volatile=overlay, so one read-only tree serves all hosts).
 #
-# Usage: scripts/build-rootfs.sh [--force]
+# Usage: tests/support/sandbox/build-rootfs.sh [--force]
 #
 # Environment:
 #   CT200_SANDBOX_ROOTFS   target directory (default /var/lib/ct200-sandbox/rootfs)
@@ -26,7 +26,7 @@ SUITE=bookworm
 # starts it per host (it stays disabled for hosts sharing the machine's network).
 PACKAGES=(ca-certificates curl dbus iproute2 openssh-server procps python3 python3-venv
           sudo systemd systemd-sysv util-linux)
-# Tools this script and scripts/sandbox.sh need on the machine itself.
+# Tools this script and sandbox.sh need on the machine itself.
 HOST_PREREQS=(mmdebstrap systemd-container iproute2 util-linux ca-certificates)
 MMDEBSTRAP_TIMEOUT=${CT200_SANDBOX_BUILD_TIMEOUT:-600}
 APT_TIMEOUT=300

@@ -1,6 +1,6 @@
 """Local stand-in for the Hugging Face Hub (real HTTP, real client behaviour).
 
-``from localhub import LocalHub``; see ``localhub/README.md``.
+``from localhub import LocalHub``; see ``tests/support/localhub/README.md``.
 """
 
 from .content import Generated, parse_size

@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]  # tests/support/sandbox/sandbox.py -> the checkout
 DEFAULT_STATE = REPO / ".cache" / "sandbox" / "state.json"
 DEFAULT_ROOTFS = "/var/lib/ct200-sandbox/rootfs"
 REGISTRY = Path(os.environ.get("CT200_SANDBOX_REGISTRY", "/run/ct200-sandbox/hosts"))
@@ -796,11 +796,11 @@ def cmd_up(args) -> int:
                                "digits and '-' (starting with a letter)", 2)
     rootfs = os.path.realpath(args.rootfs)
     if not os.access(os.path.join(rootfs, "lib/systemd/systemd"), os.X_OK):
-        raise SandboxError(f"no bootable rootfs at {rootfs}: run scripts/build-rootfs.sh "
+        raise SandboxError(f"no bootable rootfs at {rootfs}: run tests/support/sandbox/build-rootfs.sh "
                            "(or set CT200_SANDBOX_ROOTFS)", 2)
     for tool in ("systemd-nspawn", "nsenter"):
         if not shutil.which(tool):
-            raise SandboxError(f"'{tool}' not found: run scripts/build-rootfs.sh (installs "
+            raise SandboxError(f"'{tool}' not found: run tests/support/sandbox/build-rootfs.sh (installs "
                                "systemd-container and util-linux) or apt-get install them", 2)
     binds = [parse_bind(b) for b in args.bind]
     net_options = check_net_options(args, rootfs)
@@ -828,7 +828,7 @@ def cmd_up(args) -> int:
                     and state_lists(reg["state_file"], name):
                 raise SandboxError(
                     f"host {name} is running for another fleet ({reg['state_file']}); run "
-                    f"'scripts/sandbox.sh down --state {reg['state_file']}' or choose another --name", 2)
+                    f"'tests/support/sandbox/sandbox.sh down --state {reg['state_file']}' or choose another --name", 2)
             if live or reg or any((b / name).exists() for b in bases):
                 log(f"{name}: removing leftovers of a previous run")
                 problems = stop_host(name, reg.get("nspawn_pid") if reg else None, bases)
@@ -870,7 +870,7 @@ def cmd_up(args) -> int:
             if args.keep_on_failure:
                 state["status"] = "failed"
                 write_json(state_path, state)
-                log(f"hosts kept for debugging; clean up with: scripts/sandbox.sh down --state {state_path}")
+                log(f"hosts kept for debugging; clean up with: tests/support/sandbox/sandbox.sh down --state {state_path}")
             else:
                 problems = down_state(state_path, bases)
                 if problems:
@@ -902,7 +902,7 @@ def check_net_options(args, rootfs: str) -> dict | None:
             raise SandboxError(f"--netns needs '{tool}' on this machine: apt-get install {pkg}", 2)
     if not os.access(os.path.join(rootfs, "usr/sbin/sshd"), os.X_OK):
         raise SandboxError(f"the rootfs {rootfs} has no sshd (built before --netns existed): "
-                           "run scripts/build-rootfs.sh (it rebuilds when the package list changed)", 2)
+                           "run tests/support/sandbox/build-rootfs.sh (it rebuilds when the package list changed)", 2)
     return {"link_rate": link_rate, "hub": hub, "hub_rate": hub_rate, "subnet": args.subnet}
 
 
@@ -975,13 +975,13 @@ def cmd_status(args) -> int:
         if args.json:
             print(json.dumps({"state_file": str(state_path), "hosts": []}))
         else:
-            print(f"sandbox is not running (no state at {state_path}): run scripts/sandbox.sh up N")
+            print(f"sandbox is not running (no state at {state_path}): run tests/support/sandbox/sandbox.sh up N")
         return 3
     rows = []
     for h in hosts_of(state):
         st = system_state(h.get("leader_pid"))
         if st != "dead" and not is_our_nspawn(h.get("nspawn_pid"), h["name"]):
-            st = f"orphaned ({st}, systemd-nspawn gone; run scripts/sandbox.sh down)"
+            st = f"orphaned ({st}, systemd-nspawn gone; run tests/support/sandbox/sandbox.sh down)"
         rows.append({"name": h["name"], "nspawn_pid": h.get("nspawn_pid"),
                      "leader_pid": h.get("leader_pid"), "address": h.get("address"), "state": st})
     if args.json:
@@ -1030,7 +1030,7 @@ def cmd_exec(args) -> int:
     state = read_json(Path(args.state).resolve())
     host = next((h for h in hosts_of(state) if h["name"] == args.host), None)
     if host is None or not leader_is_systemd(host.get("leader_pid")):
-        raise SandboxError(f"host {args.host} is not running (see scripts/sandbox.sh status)", 3)
+        raise SandboxError(f"host {args.host} is not running (see tests/support/sandbox/sandbox.sh status)", 3)
     cmd = args.command or ["/bin/bash", "-l"]
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
