@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Install everything the demo and the tests need on a fresh machine, idempotently:
 #  1. Debian packages (sandbox hosts, systemd-analyze, Debian's python3.11 venv support)
 #  2. the controller venv .venv (Python 3.11, pinned ranges from pyproject.toml)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job on the embedded default: a local Hub (Kimi-K2.6-shaped public target,
 # gated DFlash drafter) and a sandbox fleet of real systemd hosts, deployed with
 # exactly the playbook operators run against inventories/ct200. The hosts start bare:

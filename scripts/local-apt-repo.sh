@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A flat local Debian repository for the sandbox hosts, which have no internet:
 # the .debs of PKG... and of every dependency the sandbox rootfs lacks are
 # fetched ON THE CONTROLLER with `apt-get download` and indexed with

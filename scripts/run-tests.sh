@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run the whole suite (unit, module tests against the local Hub, SGLang parser
 # checks, Molecule scenarios on sandbox hosts, lint, docs) and end with one
 # plain "N passed, N failed" line. Extra arguments go to pytest.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Create a CPU-only SGLang venv that can PARSE and RESOLVE SGLang command lines
 # with SGLang's own code (docs: ../shared/reference/sglang.md section 7).
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Wheelhouse from which the ct200.deploy.sglang_runtime role installs SGLang on
 # the SANDBOX hosts (no GPU, no internet), exactly like an air-gapped site
 # installs from its own wheelhouse (--no-index --find-links DIR).

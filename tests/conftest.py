@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared test setup: the repository is the collection ct200.deploy (see docs/architecture.md)."""
 
 import os

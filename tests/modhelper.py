@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run a real module's main() in-process: real argument parsing, real exit_json/fail_json."""
 
 import contextlib

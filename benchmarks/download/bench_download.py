@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """hf_download benchmark against the local Hub (real HTTP on loopback), all figures from ONE run.
 
 Measures, each against a baseline taken in the same run:

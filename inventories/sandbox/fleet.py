@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Dynamic inventory of the sandbox fleet (tests/support/sandbox/sandbox.sh up N).
 
 Reads the JSON state written by tests/support/sandbox/sandbox.sh (path from

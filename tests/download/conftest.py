@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the hf_download tests: one local Hub over real HTTP for the session.
 
 Repos (generated once, deterministic, non-compressible content):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for the hf_download tests (imported by the test files; fixtures are in conftest.py)."""
 
 from __future__ import annotations

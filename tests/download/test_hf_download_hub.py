@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hf_download against the local Hub over real HTTP, each run its own process (as on a host).
 
 Fault knobs of the local Hub (5xx, 429 + Retry-After, cut, stall, corrupt) and its

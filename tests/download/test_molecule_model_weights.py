@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Molecule: role model_weights on a real systemd host (systemd-nspawn) against the local Hub."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unit tests of the download logic: disk preflight, manifest, selection, planning, engine pieces.
 
 Real files in tmp_path; only statvfs/mount facts are injected where a test needs numbers

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run a Molecule scenario from pytest, with the venv first on PATH (ansible-compat needs it)."""
 
 import os

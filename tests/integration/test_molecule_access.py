@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Molecule: hf_client + hf_token + hf_gated_access on a real systemd host against the local Hub."""
 
 import pytest

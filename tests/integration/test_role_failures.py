@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The roles run their module with no_log and failed_when: false, then re-raise the module's own
 message. These runs prove a module failure still fails the role, with the cause in the output
 (regression: a reset 'failed' flag once let both roles pass silently)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Sandbox fleet: dynamic inventory errors (fast) and real hosts (slow).
 
 The slow tests boot real systemd hosts with tests/support/sandbox/sandbox.sh (root, a rootfs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """No token anywhere but the token file: -vvv --diff output, ansible-runner artifacts,
 process argv on the controller and the host, every file on the host, the host's journal.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the local Hub tests.
 
 The Hub runs in this process (a thread); the real ``huggingface_hub`` client runs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Constants shared by the local Hub tests (importable from test modules)."""
 
 from pathlib import Path

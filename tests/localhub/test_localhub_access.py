@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Persona x endpoint matrix, observed through the real huggingface_hub client."""
 
 from __future__ import annotations

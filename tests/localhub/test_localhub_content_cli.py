@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Personas/tokens, generated content, Python API validation, and the CLI."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Downloads through the real client: bytes, CDN origin, Range, keep-alive."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every fault knob, observed through the real client (and the admin API)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """model_info, tree (pagination), paths-info, revisions -- through the real client."""
 
 from __future__ import annotations

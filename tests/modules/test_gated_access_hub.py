@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hf_gated_access and hf_token (validate=true) against the local Hub, over real HTTP, per persona.
 
 Each module runs as its own process with the real huggingface_hub client, as on a host.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hf_token without network (validate=false): file semantics, idempotence, check mode, diff, leaks."""
 
 import json

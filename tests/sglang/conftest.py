@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the sglang_service tests: model dirs, dialects, spec builder, parse venvs."""
 import json
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Small model-directory fixtures: real-shaped config.json files, no weights.
 
 Weight sizes are claimed by model.safetensors.index.json metadata.total_size

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The module's docs, the module's argument_spec and the role's argument_specs agree.
 
 ARGUMENT_SPEC (plugins/module_utils/sglang_spec.py) is the single source of

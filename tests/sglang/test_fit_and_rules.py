@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fit check with the KV cache, and the SGLang line fixes of issue 8 item 4 and issue 7 findings 3/4/8."""
 import copy
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Flag dialects: built-in tables vs the real parsers, renames, DDTree detection, probing with a cache."""
 import os
 import subprocess

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Golden command lines, units and env files for the playbook's Kimi DFlash TP8 instance and hybrid DDTree profiles.
 
 Rendered with the built-in dialect of each version (what sglang_version renders)

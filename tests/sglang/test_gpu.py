@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GPU detection from recorded nvidia-smi output (there is no GPU here)."""
 import pytest
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Model introspection: nested text_config, hybrid markers (data-driven), DFlash drafters, weight bytes."""
 import json
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The real sglang_service module, run as its own process (as Ansible runs it).
 
 The module only plans, renders and verifies: these tests assert what it

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Molecule: role sglang_service on a real systemd host (systemd-nspawn) with the SGLang test stand-in."""
 import os
 import sys

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rendered command lines against SGLang's OWN parser and resolver (CPU-only parse venvs).
 
 Needs scripts/sglang-parse-venv.sh 0.5.23 (and 0.5.11); skipped without them

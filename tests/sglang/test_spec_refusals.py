@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every validation refusal: the spec is refused before rendering, with the numbers and the fix."""
 import copy
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The SGLang test stand-in: SGLang's own parser decides, the stand-in only serves what it parsed."""
 import json
 import os

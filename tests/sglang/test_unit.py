@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unit rendering: systemd quoting, directives, env file, NUMA, peers, systemd-analyze verify."""
 import os
 import shutil

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Stand-in for ansible-test's pip bootstrap script.
 
 ansible-test downloads get-pip from ci-files.testing.ansible.com, which is not

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every module renders with ansible-doc, every role has argument_specs, and ansible-lint's
 production profile passes on the whole collection."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The classifier against exceptions produced by huggingface_hub's own error mapping.
 
 Each case builds the HTTP answer the real Hub gives (status, X-Error-Code,

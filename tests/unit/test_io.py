@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """plugins/module_utils/_io.py: the one atomic writer and safe remove, on hostile ground."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unit tests of the sandbox fleet helpers (no hosts booted).
 
 tests/support/sandbox/sandbox.py (argument checks, cgroup layout, nspawn command line) and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Local stand-in for the Hugging Face Hub (real HTTP, real client behaviour).
 
 ``from localhub import LocalHub``; see ``tests/support/localhub/README.md``.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Command line: ``python -m localhub serve|token|personas``."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Deterministic file contents, git/LFS hashes and the on-disk blob store.
 
 Generated files are pseudo-random bytes: a 1 MiB block drawn from a PRNG seeded

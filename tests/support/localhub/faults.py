@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault knobs and request statistics of the local Hub.
 
 A fault rule (JSON object)::

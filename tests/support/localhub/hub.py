@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The :class:`LocalHub` object: repos, access rules, faults, stats, lifecycle."""
 
 from __future__ import annotations

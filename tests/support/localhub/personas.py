@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test personas of the local Hub.
 
 Tokens are *derived at run time* from the persona name (``hf_`` + 34 base62

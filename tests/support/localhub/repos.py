@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Repository specifications, the built-in repos and their materialisation.
 
 Built-in repos (see ``docs/architecture.md``):

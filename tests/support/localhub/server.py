@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """HTTP/1.1 front end of the local Hub (stdlib ``http.server``, keep-alive,
 ``sendfile`` for file bodies)."""
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the Debian bookworm root filesystem that every sandbox host boots
 # (systemd-nspawn --volatile=overlay, so one read-only tree serves all hosts).
 #

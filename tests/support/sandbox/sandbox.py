@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Sandbox fleet of real systemd hosts (systemd-nspawn --boot), see sandbox.sh.
 
 Stdlib only; runs with the machine's python3 (no venv needed) as root.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sandbox fleet of real systemd hosts (Debian bookworm, systemd-nspawn --boot)
 # for Molecule role tests, the demo and CI. Run as root.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Check an SGLang command line with SGLang's own code (run with a parse venv's python).
 
     VENV/bin/python validate_argv.py [--resolve] [--sm120] [--key DEST]... -- ARGV...
