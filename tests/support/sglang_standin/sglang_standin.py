@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """SGLANG TEST STAND-IN -- this is NOT SGLang and serves no model.
 
 Used by the sglang_service Molecule scenario on hosts without a GPU, in place

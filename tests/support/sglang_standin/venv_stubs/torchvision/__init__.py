@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ct200 import stub -- NOT torchvision.
 
 Copied into the CPU-only SGLang parse venv by scripts/sglang-parse-venv.sh so
