@@ -403,11 +403,12 @@ class Fetcher(object):
         self.sleep = sleep
         self.by_source = {}
         self.files_by_source = {}
+        self.kind_of = dict((source.name, source.kind) for source in self.sources)
         self.rejected = []
         self.fallbacks = []
         self.done_bytes = 0
         self.done_files = 0
-        self.running = set()
+        self.running = {}  # engine -> the source it fetches from
         self.upstream = None
         self.plan = None
         self.started = clock()
@@ -419,6 +420,10 @@ class Fetcher(object):
         with self.lock:
             current = sum(engine.stats.bytes_fetched for engine in self.running)
             fetched = sum(self.by_source.values()) + current
+            fetching_from = sorted(set(source.describe() for source in self.running.values()))
+            by_kind = self._by_kind(self.by_source)
+            for engine, source in self.running.items():
+                by_kind[source.kind] += engine.stats.bytes_fetched
         total = plan.bytes_total if plan else 0
         present = plan.bytes_present if plan else 0
         elapsed = max(self.clock() - self.started, 1e-6)
@@ -433,7 +438,17 @@ class Fetcher(object):
             "rate": round(fetched / elapsed, 1), "eta_seconds": None, "elapsed": round(elapsed, 1),
             "retries": len(self.fallbacks), "updated": time.time(), "error": error,
             "sources": dict(self.by_source), "upstream": self.upstream,
+            # what `ct200 deploy` shows per host while the fan-out runs (hf_progress.format_line)
+            "bytes_by_kind": by_kind, "fetching_from": fetching_from,
+            "bytes_verified": present + self.done_bytes,
         }
+
+    def _by_kind(self, per_name):
+        """{parent, peer, seed, hub: sum} of a per source name count (every kind, zeros included)."""
+        by_kind = dict((kind, 0) for kind in SOURCE_KINDS)
+        for name, count in per_name.items():
+            by_kind[self.kind_of.get(name, "peer")] += count
+        return by_kind
 
     def write_progress(self, state, error=None):
         doc = self.progress_doc(state, error)
@@ -545,6 +560,8 @@ class Fetcher(object):
             "files": len(plan.files), "files_fetched": self.done_files, "files_present": len(plan.files) - len(plan.to_fetch),
             "bytes_total": plan.bytes_total, "bytes_fetched": sum(self.by_source.values()),
             "bytes_by_source": dict(self.by_source), "files_by_source": dict(self.files_by_source),
+            "bytes_by_kind": self._by_kind(self.by_source), "files_by_kind": self._by_kind(self.files_by_source),
+            "repo_id": self.repo_id,
             "rejected": list(self.rejected), "fallbacks": list(self.fallbacks),
             "seconds": round(self.clock() - self.started, 3),
         }
@@ -644,7 +661,7 @@ class Fetcher(object):
             max_workers=self.max_workers, verify="sha256", stall_timeout=self.stall_timeout, retries=0,
             on_progress=self._tick, progress_interval=self.progress_interval)
         with self.lock:
-            self.running.add(engine)
+            self.running[engine] = source
         try:
             engine.run()
             outcome, detail = "ok", ""
@@ -657,7 +674,7 @@ class Fetcher(object):
             detail = str(exc)
         finally:
             with self.lock:
-                self.running.discard(engine)
+                self.running.pop(engine, None)
                 self.by_source[source.name] = self.by_source.get(source.name, 0) + engine.stats.bytes_fetched
         return outcome, engine.stats.bytes_resumed, detail
 

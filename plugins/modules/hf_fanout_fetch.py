@@ -191,6 +191,20 @@ files_by_source:
   description: mode=fetch. Files completed per source name.
   returned: mode=fetch
   type: dict
+bytes_by_kind:
+  description:
+    - mode=fetch. Bytes received per kind of source, C(parent), C(peer), C(seed) and C(hub) (zeros included);
+      C(ct200 deploy) shows them per host.
+  returned: mode=fetch
+  type: dict
+files_by_kind:
+  description: mode=fetch. Files completed per kind of source (as RV(bytes_by_kind)).
+  returned: mode=fetch
+  type: dict
+repo_id:
+  description: mode=fetch. The repository fetched.
+  returned: mode=fetch
+  type: str
 rejected:
   description: mode=fetch. Files whose bytes from a source failed verification (path, source).
   returned: mode=fetch

@@ -65,6 +65,8 @@ def test_site_pulls_one_hub_copy_and_every_host_verifies(fresh_site):
         assert "hub" not in results[host]["bytes_by_source"]
         assert results[host]["bytes_fetched"] == repo_bytes(site)
     assert set(results["h3"]["bytes_by_source"]) == {"h1"}  # binary tree: h3's parent is h1
+    assert results["h3"]["bytes_by_kind"] == {"parent": repo_bytes(site), "peer": 0, "seed": 0, "hub": 0}
+    assert results["h1"]["bytes_by_kind"]["seed"] == repo_bytes(site)  # the seed is h1's parent
 
 
 def test_killed_interior_peer_children_fall_back_and_it_resumes(fresh_site):
