@@ -61,8 +61,10 @@ def published_fact(host, seed, jobs):
     """ct200_fanout as the playbook's own set_fact task renders it from the wait task's job results."""
     play = yaml.safe_load((REPO / "playbooks" / "fanout_weights.yml").read_text())[0]
     task = next(t for t in play["tasks"] if t["name"] == PUBLISH_TASK)
-    variables = {"inventory_hostname": host, "fanout_seed": seed, "fanout_repos": REPOS,
-                 "fanout_waited": {"jobs": jobs}, "ansible_check_mode": False}
+    variables = dict(trusted(play["vars"]), inventory_hostname=host, ansible_play_hosts_all=["h0", "h1", "h2", "h3"],
+                     fanout_repos=REPOS, fanout_waited={"jobs": jobs}, ansible_check_mode=False)
+    if seed != "h0":
+        variables["fanout_seed"] = seed  # the inventory's choice
     return Templar(loader=DataLoader(), variables=variables).template(trusted(task["ansible.builtin.set_fact"]))[
         "ct200_fanout"]
 
