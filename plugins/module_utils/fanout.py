@@ -6,8 +6,13 @@
 PRIVATE to the ct200.deploy collection.
 
 * **Topology.** The site's hosts in inventory order, the seed moved first, form a k-ary
-  tree by index: host ``i`` (``i >= 1``) has parent ``(i - 1) // k``.  ``k = 1`` is a
-  chain, ``k = 2`` a binary tree.  Only the seed talks to the Hub.
+  tree by index.  The seed has ``s`` children (hosts ``1..s``), every other host ``k``:
+  host ``i > s`` has parent ``(i - s - 1) // k + 1``; with ``s = k`` that is the plain
+  k-ary tree (parent ``(i - 1) // k``).  ``k = 1`` is a chain, ``k = 2`` a binary tree.
+  Only the seed talks to the Hub, and its link also carries the ACKs of that download:
+  measured on shaped links, a seed that sends two copies at once slowed its own Hub
+  download by ~20 %, which every host waits for; ``s = 1`` keeps it to one copy and adds
+  at most one level (none for 8 hosts at k = 2).
 * **Trust.** The expected sha256 (LFS oid, or git blob sha1 of a small file) and size of
   every file come from the Hub listing made once on the seed (:func:`hub_listing`) and are
   handed to every host.  A peer is only a source of bytes: its bytes are kept only when they
@@ -82,44 +87,52 @@ def check_fanout(fanout):
     return fanout
 
 
-def parent_of(index, fanout):
-    return None if index == 0 else (index - 1) // fanout
+def parent_of(index, fanout, seed_fanout=None):
+    """Parent index of host ``index``; the seed has ``seed_fanout`` children (default ``fanout``)."""
+    seed_fanout = fanout if seed_fanout is None else seed_fanout
+    if index == 0:
+        return None
+    if index <= seed_fanout:
+        return 0
+    return (index - seed_fanout - 1) // fanout + 1
 
 
-def ancestors(index, fanout):
+def ancestors(index, fanout, seed_fanout=None):
     chain = []
-    parent = parent_of(index, fanout)
+    parent = parent_of(index, fanout, seed_fanout)
     while parent is not None:
         chain.append(parent)
-        parent = parent_of(parent, fanout)
+        parent = parent_of(parent, fanout, seed_fanout)
     return chain
 
 
-def depth_of(index, fanout):
-    return len(ancestors(index, fanout))
+def depth_of(index, fanout, seed_fanout=None):
+    return len(ancestors(index, fanout, seed_fanout))
 
 
-def topology(hosts, seed=None, fanout=1):
-    """``{host: {"index", "parent", "depth", "children"}}`` of the k-ary tree."""
+def topology(hosts, seed=None, fanout=1, seed_fanout=None):
+    """``{host: {"index", "parent", "depth", "children"}}`` of the tree."""
     check_fanout(fanout)
+    seed_fanout = check_fanout(fanout if seed_fanout is None else seed_fanout)
     order = site_order(hosts, seed)
     tree = {}
     for index, host in enumerate(order):
-        parent = parent_of(index, fanout)
+        parent = parent_of(index, fanout, seed_fanout)
         tree[host] = {"index": index, "parent": None if parent is None else order[parent],
-                      "depth": depth_of(index, fanout), "children": []}
+                      "depth": depth_of(index, fanout, seed_fanout), "children": []}
     for host, node in tree.items():
         if node["parent"] is not None:
             tree[node["parent"]]["children"].append(host)
     return tree
 
 
-def source_order(hosts, host, seed=None, fanout=1):
+def source_order(hosts, host, seed=None, fanout=1, seed_fanout=None):
     """[(kind, peer host)] for ``host``: parent, other peers (ancestors first), seed.
 
     The Hub is appended by the fetcher when allowed.  Empty for the seed itself.
     """
     check_fanout(fanout)
+    seed_fanout = check_fanout(fanout if seed_fanout is None else seed_fanout)
     order = site_order(hosts, seed)
     if host not in order:
         raise FanoutError("host %r is not one of the site's hosts %s" % (host, order),
@@ -127,7 +140,7 @@ def source_order(hosts, host, seed=None, fanout=1):
     index = order.index(host)
     if index == 0:
         return []
-    up = ancestors(index, fanout)
+    up = ancestors(index, fanout, seed_fanout)
     parent = up[0]
     others = [i for i in up[1:] if i != 0]
     others += [i for i in range(1, len(order)) if i not in (index, parent) and i not in others]
@@ -332,7 +345,7 @@ class Source(object):
         return "%s %s" % (self.kind, self.name)
 
 
-def peer_sources(peers, host, seed=None, fanout=1):
+def peer_sources(peers, host, seed=None, fanout=1, seed_fanout=None):
     """Sources of ``host`` from ``peers`` (ordered [{"name", "url"}] of the whole site)."""
     urls = {}
     for peer in peers:
@@ -343,7 +356,7 @@ def peer_sources(peers, host, seed=None, fanout=1):
         urls[peer["name"]] = peer["url"]
     order = [p["name"] for p in peers]
     return [Source(kind, name, urls[name], wait=kind in ("parent", "seed"))
-            for kind, name in source_order(order, host, seed, fanout)]
+            for kind, name in source_order(order, host, seed, fanout, seed_fanout)]
 
 
 def hub_source(endpoint, token=None):
