@@ -14,7 +14,7 @@ description:
   - Site fan-out of model weights. One host (the seed) lists the repository at the Hub once (O(mode=list))
     and downloads it from the Hub (M(ct200.deploy.hf_download)); every other host runs this module with
     O(mode=fetch) and the listing, and takes the bytes from its peers over the LAN.
-  - B(Topology.) The hosts of O(peers), seed first, form a tree: the seed has O(seed_fanout) children (hosts
+  - B(Topology.) The hosts of O(peers), seed first, form a tree. The seed has O(seed_fanout) children (hosts
     C(1..seed_fanout)), every other host O(fanout), host C(i > seed_fanout) has parent
     C((i-seed_fanout-1)//fanout+1); O(fanout=1) is a chain (10 GbE), 2 a binary tree (25 GbE), more for faster
     links.
