@@ -4,12 +4,18 @@ hf_download_wait action prints them, and the per-host fan-out result in the summ
 
 The events are as ansible-runner 2.4 delivers them (recorded from a run of the real action and
 set_fact on a local host, trimmed to the fields the handler reads); the fact is rendered from the
-real task of playbooks/fanout_weights.yml with Ansible's own templar.  No fleet, no playbook run."""
+real task of playbooks/fanout_weights.yml with Ansible's own templar.  The last test runs `ct200 deploy`
+through ansible-runner on localhost hosts with a stand-in play (tests/cli/playbooks/fanout_progress.yml)
+that uses the real wait action.  No fleet."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -159,3 +165,40 @@ def test_no_fanout_column_when_no_fanout_ran():
     progress(stats(["h1"]))
     assert table(progress.finish(["h1"])).splitlines()[0].split() == ["HOST", "STATUS", "CHANGED", "FAILED", "TASK",
                                                                       "TOKEN"]
+
+
+def test_ct200_deploy_through_ansible_runner_prints_and_summarizes_the_fanout(tmp_path):
+    """The same path for real: ansible-runner events of the real wait action and set_fact (localhost hosts)."""
+    doc = {"state": "running", "updated": time.time(), "bytes_total": 12 * MB4, "bytes_done": 5 * MB4,
+           "rate": 11e6, "files_done": 5, "files_total": 12, "eta_seconds": 3, "fetching_from": ["parent cli-a"],
+           "bytes_verified": 5 * MB4, "bytes_by_kind": {"parent": 4 * MB4, "peer": 0, "seed": MB4, "hub": 0}}
+    progress_file = tmp_path / "progress.json"
+    progress_file.write_text(json.dumps(doc))
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    facts = {"cli-a": {"seed": "cli-a", "role": "seed", "repos": [
+                 {"name": "target", "repo_id": "fo/site", "verified": True, "files": 12, "bytes_total": 12 * MB4,
+                  "bytes_by_kind": {"hub": 12 * MB4}, "fallbacks": 0, "rejected": 0, "msg": None}]},
+             "cli-b": {"seed": "cli-a", "role": "peer", "repos": [
+                 {"name": "target", "repo_id": "fo/site", "verified": True, "files": 12, "bytes_total": 12 * MB4,
+                  "bytes_by_kind": {"parent": 12 * MB4, "peer": 0, "seed": 0, "hub": 0}, "fallbacks": 1,
+                  "rejected": 0, "msg": None}]}}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"ct200": {"hosts": {"cli-a": local, "cli-b": local}, "vars": {
+        "ct200_test_progress_file": str(progress_file), "ct200_test_fanout": facts}}}))
+    summary = tmp_path / "summary.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-m", "ct200_fleet", "deploy", "-i", str(inventory), "--playbook",
+                           str(REPO / "tests" / "cli" / "playbooks" / "fanout_progress.yml"), "--json", str(summary)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for host in ("cli-a", "cli-b"):
+        assert ("%s: %s target: 0.02/0.05 GB (41.7 %%), 11 MB/s, ETA 3s, files 5/12, from parent cli-a | "
+                "verified 0.02 GB | by source: parent 0.02 GB, seed 0.00 GB" % (host, host)) in proc.stdout
+        assert "%s: %s target: finished" % (host, host) in proc.stdout
+    assert "cli-b: fan-out peer: target from parent 50.3 MB, 12 files verified, 1 fallbacks" in proc.stdout
+    table_lines = proc.stdout[proc.stdout.index("HOST "):].splitlines()
+    assert table_lines[0].split()[-1] == "FAN-OUT" and "seed: target from hub 50.3 MB" in table_lines[1]
+    hosts = dict((h["host"], h) for h in json.loads(summary.read_text())["hosts"])
+    assert hosts["cli-b"]["fanout"]["repos"][0]["bytes_by_kind"] == {"parent": 12 * MB4}
+    assert hosts["cli-a"]["fanout"]["role"] == "seed" and hosts["cli-a"]["fanout"]["verified"] is True
