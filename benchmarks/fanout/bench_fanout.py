@@ -35,12 +35,13 @@ from tests.fanout.netns_site import Site, result_of, verify_all  # noqa: E402
 REPO_ID = "bench/fanout"
 
 
-def launch(site, host, case, commit, files, fanout, poll):
+def launch(site, host, case, commit, files, fanout, poll, seed_fanout):
     if host == "h0" or case == "independent":
         return site.module(host, "hf_download", site.seed_args(REPO_ID, commit, host), wait=False)
     return site.module(host, "hf_fanout_fetch", site.fetch_args(host, REPO_ID, commit, files, fanout=fanout,
                                                                 hosts=site.hosts, poll_interval=poll,
-                                                                peer_stall_timeout=120), wait=False)
+                                                                peer_stall_timeout=120, seed_fanout=seed_fanout),
+                       wait=False)
 
 
 def ready(site, host):
@@ -52,7 +53,7 @@ def ready(site, host):
         return False
 
 
-def run_case(site, commit, files, case, fanout, hosts, poll):
+def run_case(site, commit, files, case, fanout, hosts, poll, seed_fanout):
     """(wall seconds, hub bytes, results, verified) of one case.
 
     Peers start first and the clock starts when they all wait for their sources: on this
@@ -69,14 +70,14 @@ def run_case(site, commit, files, case, fanout, hosts, poll):
     procs = {}
     if case != "independent":
         for host in active[1:]:
-            procs[host] = launch(site, host, case, commit, files, fanout, poll)
+            procs[host] = launch(site, host, case, commit, files, fanout, poll, seed_fanout)
         deadline = time.monotonic() + 600
         while not all(ready(site, h) for h in active[1:]) and time.monotonic() < deadline:
             time.sleep(0.05)
     started = time.monotonic()
     for host in active:
         if host not in procs:
-            procs[host] = launch(site, host, case, commit, files, fanout, poll)
+            procs[host] = launch(site, host, case, commit, files, fanout, poll, seed_fanout)
     finished = {}
     results = {}
     cpu = {}
@@ -101,11 +102,12 @@ def run_case(site, commit, files, case, fanout, hosts, poll):
     hub_bytes = site.hub_bytes()
     bad = verify_all(site, active, files)
     failed = {h: r.get("msg") for h, r in results.items() if r.get("failed")}
-    return {"case": case, "hosts": len(active), "fanout": fanout, "wall": round(wall, 3),
+    return {"case": case, "hosts": len(active), "fanout": fanout, "seed_fanout": seed_fanout, "wall": round(wall, 3),
             "process_wall": round(process_wall, 3), "seed_start_delay": round(t0 - started, 3), "hub_bytes": hub_bytes,
             "verified": not bad and not failed, "unverified": bad, "failed": failed,
             "per_host_seconds": dict((h, round(t - started, 3)) for h, t in sorted(finished.items())),
             "per_host_cpu_seconds": dict(sorted(cpu.items())), "load_after": os.getloadavg()[0],
+            "seed_seconds": results[seed].get("seconds"), "seed_timings": results[seed].get("timings"),
             "bytes_by_source": dict((h, r.get("bytes_by_source")) for h, r in results.items()
                                     if r.get("bytes_by_source") is not None)}
 
@@ -116,32 +118,36 @@ def main(argv=None):
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     ap.add_argument("--hosts", type=int, default=8)
     ap.add_argument("--fanout", type=int, default=2, help="children per host of the measured tree (1 = chain)")
+    ap.add_argument("--seed-fanout", type=int, default=1, help="children of the seed in the measured tree")
     ap.add_argument("--hub-rate", default="40mbit")
     ap.add_argument("--host-rate", default="100mbit")
     ap.add_argument("--shards", default=None, help="repository shards, e.g. 48x1MiB")
     ap.add_argument("--cases", default="single,fanout,star,independent", help=argparse.SUPPRESS)
     ap.add_argument("--verbose", action="store_true", help="print when each host finished")
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between HEAD polls of a peer")
+    ap.add_argument("--tag", default="bench", help="namespace names fo-TAG-* (1-6 letters/digits)")
     args = ap.parse_args(argv)
     shards = args.shards or ("12x4MiB" if args.quick else "24x4MiB")
     if os.geteuid() != 0:
         sys.exit("needs root (network namespaces, tc)")
     data_dir = os.path.join(REPO, ".cache", "fanout", "hub-" + shards)
     started = time.time()
-    with Site("bench", hosts=args.hosts, host_rate=args.host_rate, hub_rate=args.hub_rate) as site:
+    with Site(args.tag, hosts=args.hosts, host_rate=args.host_rate, hub_rate=args.hub_rate) as site:
         site.start_hub("%s:%s" % (REPO_ID, shards), data_dir)
         commit, files = site.listing(REPO_ID)
         repo_bytes = sum(f["size"] for f in files.values())
-        print("site: %d hosts, Hub %s, hosts %s, %s (%.1f MiB), tree fan-out k=%d"
-              % (args.hosts, args.hub_rate, args.host_rate, shards, repo_bytes / 2**20, args.fanout), flush=True)
+        print("site: %d hosts, Hub %s, hosts %s, %s (%.1f MiB), tree fan-out k=%d (seed: %d)"
+              % (args.hosts, args.hub_rate, args.host_rate, shards, repo_bytes / 2**20, args.fanout, args.seed_fanout),
+              flush=True)
         cases = {}
-        for name, case, fanout, hosts in (("single", "fanout", args.fanout, 1),
-                                          ("fanout", "fanout", args.fanout, args.hosts),
-                                          ("star", "fanout", args.hosts - 1, args.hosts),
-                                          ("independent", "independent", 1, args.hosts)):
+        star = args.hosts - 1
+        for name, case, fanout, seed_fanout, hosts in (("single", "fanout", args.fanout, args.seed_fanout, 1),
+                                                       ("fanout", "fanout", args.fanout, args.seed_fanout, args.hosts),
+                                                       ("star", "fanout", star, star, args.hosts),
+                                                       ("independent", "independent", 1, 1, args.hosts)):
             if name not in args.cases.split(","):
                 continue
-            cases[name] = run_case(site, commit, files, case, fanout, hosts, args.poll)
+            cases[name] = run_case(site, commit, files, case, fanout, hosts, args.poll, seed_fanout)
             print("  %-12s wall %7.2f s (process wall %6.2f s)  hub %7.1f MiB  verified %s"
                   % (name, cases[name]["wall"], cases[name]["process_wall"], cases[name]["hub_bytes"] / 2**20,
                      cases[name]["verified"]), flush=True)
@@ -149,6 +155,7 @@ def main(argv=None):
                 print("    done at (s): %s" % cases[name]["per_host_seconds"], flush=True)
                 print("    cpu (s):     %s  load %.1f" % (cases[name]["per_host_cpu_seconds"], cases[name]["load_after"]),
                       flush=True)
+                print("    seed module %s s: %s" % (cases[name]["seed_seconds"], cases[name]["seed_timings"]), flush=True)
     if len(cases) < 4:
         return 0
     one = cases["single"]
@@ -173,7 +180,8 @@ def main(argv=None):
           % (figures["process_wall_8_over_1"], figures["process_star_8_over_1"],
              figures["process_independent_8_over_1"]))
     if args.json:
-        doc = dict(figures, config={"hosts": args.hosts, "fanout": args.fanout, "hub_rate": args.hub_rate,
+        doc = dict(figures, config={"hosts": args.hosts, "fanout": args.fanout, "seed_fanout": args.seed_fanout,
+                                    "hub_rate": args.hub_rate,
                                     "host_rate": args.host_rate, "shards": shards, "repo_bytes": repo_bytes,
                                     "quick": args.quick, "data_path": "network namespaces + Debian nginx + modules "
                                                                       "as processes (no SSH/systemd hosts)"},

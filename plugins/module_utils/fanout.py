@@ -6,8 +6,13 @@
 PRIVATE to the ct200.deploy collection.
 
 * **Topology.** The site's hosts in inventory order, the seed moved first, form a k-ary
-  tree by index: host ``i`` (``i >= 1``) has parent ``(i - 1) // k``.  ``k = 1`` is a
-  chain, ``k = 2`` a binary tree.  Only the seed talks to the Hub.
+  tree by index.  The seed has ``s`` children (hosts ``1..s``), every other host ``k``:
+  host ``i > s`` has parent ``(i - s - 1) // k + 1``; with ``s = k`` that is the plain
+  k-ary tree (parent ``(i - 1) // k``).  ``k = 1`` is a chain, ``k = 2`` a binary tree.
+  Only the seed talks to the Hub, and its link also carries the ACKs of that download:
+  measured on shaped links, a seed that sends two copies at once slowed its own Hub
+  download by ~20 %, which every host waits for; ``s = 1`` keeps it to one copy and adds
+  at most one level (none for 8 hosts at k = 2).
 * **Trust.** The expected sha256 (LFS oid, or git blob sha1 of a small file) and size of
   every file come from the Hub listing made once on the seed (:func:`hub_listing`) and are
   handed to every host.  A peer is only a source of bytes: its bytes are kept only when they
@@ -82,44 +87,52 @@ def check_fanout(fanout):
     return fanout
 
 
-def parent_of(index, fanout):
-    return None if index == 0 else (index - 1) // fanout
+def parent_of(index, fanout, seed_fanout=None):
+    """Parent index of host ``index``; the seed has ``seed_fanout`` children (default ``fanout``)."""
+    seed_fanout = fanout if seed_fanout is None else seed_fanout
+    if index == 0:
+        return None
+    if index <= seed_fanout:
+        return 0
+    return (index - seed_fanout - 1) // fanout + 1
 
 
-def ancestors(index, fanout):
+def ancestors(index, fanout, seed_fanout=None):
     chain = []
-    parent = parent_of(index, fanout)
+    parent = parent_of(index, fanout, seed_fanout)
     while parent is not None:
         chain.append(parent)
-        parent = parent_of(parent, fanout)
+        parent = parent_of(parent, fanout, seed_fanout)
     return chain
 
 
-def depth_of(index, fanout):
-    return len(ancestors(index, fanout))
+def depth_of(index, fanout, seed_fanout=None):
+    return len(ancestors(index, fanout, seed_fanout))
 
 
-def topology(hosts, seed=None, fanout=1):
-    """``{host: {"index", "parent", "depth", "children"}}`` of the k-ary tree."""
+def topology(hosts, seed=None, fanout=1, seed_fanout=None):
+    """``{host: {"index", "parent", "depth", "children"}}`` of the tree."""
     check_fanout(fanout)
+    seed_fanout = check_fanout(fanout if seed_fanout is None else seed_fanout)
     order = site_order(hosts, seed)
     tree = {}
     for index, host in enumerate(order):
-        parent = parent_of(index, fanout)
+        parent = parent_of(index, fanout, seed_fanout)
         tree[host] = {"index": index, "parent": None if parent is None else order[parent],
-                      "depth": depth_of(index, fanout), "children": []}
+                      "depth": depth_of(index, fanout, seed_fanout), "children": []}
     for host, node in tree.items():
         if node["parent"] is not None:
             tree[node["parent"]]["children"].append(host)
     return tree
 
 
-def source_order(hosts, host, seed=None, fanout=1):
+def source_order(hosts, host, seed=None, fanout=1, seed_fanout=None):
     """[(kind, peer host)] for ``host``: parent, other peers (ancestors first), seed.
 
     The Hub is appended by the fetcher when allowed.  Empty for the seed itself.
     """
     check_fanout(fanout)
+    seed_fanout = check_fanout(fanout if seed_fanout is None else seed_fanout)
     order = site_order(hosts, seed)
     if host not in order:
         raise FanoutError("host %r is not one of the site's hosts %s" % (host, order),
@@ -127,7 +140,7 @@ def source_order(hosts, host, seed=None, fanout=1):
     index = order.index(host)
     if index == 0:
         return []
-    up = ancestors(index, fanout)
+    up = ancestors(index, fanout, seed_fanout)
     parent = up[0]
     others = [i for i in up[1:] if i != 0]
     others += [i for i in range(1, len(order)) if i not in (index, parent) and i not in others]
@@ -332,7 +345,7 @@ class Source(object):
         return "%s %s" % (self.kind, self.name)
 
 
-def peer_sources(peers, host, seed=None, fanout=1):
+def peer_sources(peers, host, seed=None, fanout=1, seed_fanout=None):
     """Sources of ``host`` from ``peers`` (ordered [{"name", "url"}] of the whole site)."""
     urls = {}
     for peer in peers:
@@ -343,7 +356,7 @@ def peer_sources(peers, host, seed=None, fanout=1):
         urls[peer["name"]] = peer["url"]
     order = [p["name"] for p in peers]
     return [Source(kind, name, urls[name], wait=kind in ("parent", "seed"))
-            for kind, name in source_order(order, host, seed, fanout)]
+            for kind, name in source_order(order, host, seed, fanout, seed_fanout)]
 
 
 def hub_source(endpoint, token=None):
@@ -403,11 +416,12 @@ class Fetcher(object):
         self.sleep = sleep
         self.by_source = {}
         self.files_by_source = {}
+        self.kind_of = dict((source.name, source.kind) for source in self.sources)
         self.rejected = []
         self.fallbacks = []
         self.done_bytes = 0
         self.done_files = 0
-        self.running = set()
+        self.running = {}  # engine -> the source it fetches from
         self.upstream = None
         self.plan = None
         self.started = clock()
@@ -419,6 +433,10 @@ class Fetcher(object):
         with self.lock:
             current = sum(engine.stats.bytes_fetched for engine in self.running)
             fetched = sum(self.by_source.values()) + current
+            fetching_from = sorted(set(source.describe() for source in self.running.values()))
+            by_kind = self._by_kind(self.by_source)
+            for engine, source in self.running.items():
+                by_kind[source.kind] += engine.stats.bytes_fetched
         total = plan.bytes_total if plan else 0
         present = plan.bytes_present if plan else 0
         elapsed = max(self.clock() - self.started, 1e-6)
@@ -433,7 +451,17 @@ class Fetcher(object):
             "rate": round(fetched / elapsed, 1), "eta_seconds": None, "elapsed": round(elapsed, 1),
             "retries": len(self.fallbacks), "updated": time.time(), "error": error,
             "sources": dict(self.by_source), "upstream": self.upstream,
+            # what `ct200 deploy` shows per host while the fan-out runs (hf_progress.format_line)
+            "bytes_by_kind": by_kind, "fetching_from": fetching_from,
+            "bytes_verified": present + self.done_bytes,
         }
+
+    def _by_kind(self, per_name):
+        """{parent, peer, seed, hub: sum} of a per source name count (every kind, zeros included)."""
+        by_kind = dict((kind, 0) for kind in SOURCE_KINDS)
+        for name, count in per_name.items():
+            by_kind[self.kind_of.get(name, "peer")] += count
+        return by_kind
 
     def write_progress(self, state, error=None):
         doc = self.progress_doc(state, error)
@@ -545,6 +573,8 @@ class Fetcher(object):
             "files": len(plan.files), "files_fetched": self.done_files, "files_present": len(plan.files) - len(plan.to_fetch),
             "bytes_total": plan.bytes_total, "bytes_fetched": sum(self.by_source.values()),
             "bytes_by_source": dict(self.by_source), "files_by_source": dict(self.files_by_source),
+            "bytes_by_kind": self._by_kind(self.by_source), "files_by_kind": self._by_kind(self.files_by_source),
+            "repo_id": self.repo_id,
             "rejected": list(self.rejected), "fallbacks": list(self.fallbacks),
             "seconds": round(self.clock() - self.started, 3),
         }
@@ -644,7 +674,7 @@ class Fetcher(object):
             max_workers=self.max_workers, verify="sha256", stall_timeout=self.stall_timeout, retries=0,
             on_progress=self._tick, progress_interval=self.progress_interval)
         with self.lock:
-            self.running.add(engine)
+            self.running[engine] = source
         try:
             engine.run()
             outcome, detail = "ok", ""
@@ -657,7 +687,7 @@ class Fetcher(object):
             detail = str(exc)
         finally:
             with self.lock:
-                self.running.discard(engine)
+                self.running.pop(engine, None)
                 self.by_source[source.name] = self.by_source.get(source.name, 0) + engine.stats.bytes_fetched
         return outcome, engine.stats.bytes_resumed, detail
 

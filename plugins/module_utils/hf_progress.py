@@ -58,4 +58,19 @@ def format_line(label, progress, finished=False, failed=False, not_before=0.0):
     )
     if progress.get("retries"):
         line += ", retries %s" % progress["retries"]
-    return line
+    return line + fanout_suffix(progress)
+
+
+def fanout_suffix(progress):
+    """hf_fanout_fetch's progress: the sources it fetches from now, verified bytes, bytes per kind of source.
+
+    ``, from parent h1 | verified 0.02 GB | by source: parent 0.02 GB, seed 0.00 GB`` (kinds with bytes, or
+    the kinds of the sources in use).  Empty for an hf_download progress document."""
+    by_kind = progress.get("bytes_by_kind")
+    if not isinstance(by_kind, dict):
+        return ""
+    sources = [str(s) for s in progress.get("fetching_from") or []]
+    kinds = [k for k in ("parent", "peer", "seed", "hub") if by_kind.get(k) or any(s.startswith(k + " ") for s in sources)]
+    return ", from %s | verified %s GB | by source: %s" % (
+        ", ".join(sources) or "-", _gb(progress.get("bytes_verified")),
+        ", ".join("%s %s GB" % (k, _gb(by_kind.get(k))) for k in kinds) or "-")

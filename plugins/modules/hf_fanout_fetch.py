@@ -14,8 +14,10 @@ description:
   - Site fan-out of model weights. One host (the seed) lists the repository at the Hub once (O(mode=list))
     and downloads it from the Hub (M(ct200.deploy.hf_download)); every other host runs this module with
     O(mode=fetch) and the listing, and takes the bytes from its peers over the LAN.
-  - B(Topology.) The hosts of O(peers), seed first, form a tree in which host C(i) has parent
-    C((i-1)//fanout); O(fanout=1) is a chain (10 GbE), 2 a binary tree (25 GbE), more for faster links.
+  - B(Topology.) The hosts of O(peers), seed first, form a tree. The seed has O(seed_fanout) children (hosts
+    C(1..seed_fanout)), every other host O(fanout), host C(i > seed_fanout) has parent
+    C((i-seed_fanout-1)//fanout+1); O(fanout=1) is a chain (10 GbE), 2 a binary tree (25 GbE), more for faster
+    links.
   - B(Sources per file), in path order, are the parent (waited for while it makes progress, so a child starts a file
     as soon as its parent has verified it), any other peer that has the file, the seed (waited for), and the Hub
     when O(use_hub) is true. A source that refuses connections is dropped for the run; one whose bytes do not
@@ -81,6 +83,12 @@ options:
     type: str
   fanout:
     description: O(mode=fetch). Children per host (1 = chain).
+    type: int
+    default: 1
+  seed_fanout:
+    description:
+      - O(mode=fetch). Children of the seed. The seed's link also carries its own Hub download, which every
+        host waits for, so by default it sends one copy; O(seed_fanout=fanout) gives the plain k-ary tree.
     type: int
     default: 1
   use_hub:
@@ -191,6 +199,20 @@ files_by_source:
   description: mode=fetch. Files completed per source name.
   returned: mode=fetch
   type: dict
+bytes_by_kind:
+  description:
+    - mode=fetch. Bytes received per kind of source, C(parent), C(peer), C(seed) and C(hub) (zeros included);
+      C(ct200 deploy) shows them per host.
+  returned: mode=fetch
+  type: dict
+files_by_kind:
+  description: mode=fetch. Files completed per kind of source (as RV(bytes_by_kind)).
+  returned: mode=fetch
+  type: dict
+repo_id:
+  description: mode=fetch. The repository fetched.
+  returned: mode=fetch
+  type: str
 rejected:
   description: mode=fetch. Files whose bytes from a source failed verification (path, source).
   returned: mode=fetch
@@ -233,7 +255,7 @@ def _fetcher(module):
     if missing:
         raise fanout.FanoutError("mode=fetch needs %s" % ", ".join(missing),
                                  fix="pass the seed's listing (commit, files), the site's peers and this host's name")
-    sources = fanout.peer_sources(p["peers"], p["host"], p["seed"], p["fanout"])
+    sources = fanout.peer_sources(p["peers"], p["host"], p["seed"], p["fanout"], p["seed_fanout"])
     if p["use_hub"]:
         from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import Options
 
@@ -266,6 +288,7 @@ def main():
             host=dict(type="str"),
             seed=dict(type="str"),
             fanout=dict(type="int", default=1),
+            seed_fanout=dict(type="int", default=1),
             use_hub=dict(type="bool", default=False),
             endpoint=dict(type="str"),
             token=dict(type="str", no_log=True),

@@ -5,8 +5,8 @@ Each host ``fo-TAG-hN`` and the Hub ``fo-TAG-hub`` is its own network namespace 
 veth link to a bridge in ``fo-TAG-sw``; nothing is created in the machine's own namespace.
 ``tc tbf`` (short queue) shapes both directions of every link: the Hub's at ``hub_rate``, the hosts' at
 ``host_rate``.  In the namespaces run the real pieces: ``localhub`` (the Hub, its own
-counters at ``/_admin/stats``), Debian's nginx (unpacked from the nginx-light packages by
-``local_apt_repo.sh``) with the ``weight_peer`` role's own template, and the collection's
+counters at ``/_admin/stats``), Debian's nginx (unpacked from the nginx-light packages of the
+shared local apt repository, ``scripts/local-apt-repo.sh``) with the ``weight_peer`` role's own template, and the collection's
 modules as processes (``hf_download`` on the seed, ``hf_fanout_fetch`` on the others).
 
 This is the data path of the fleet without systemd/SSH hosts: the SSH netns fleet
@@ -24,11 +24,19 @@ import sys
 import time
 import urllib.request
 
+import glob
+
 import jinja2
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NGINX_TEMPLATE = os.path.join(REPO, "roles", "weight_peer", "templates", "nginx.conf.j2")
-APT_DIR = os.path.join(REPO, ".cache", "fanout", "apt")
+# The flat apt repository the sandbox hosts install Debian's packages from (scripts/local-apt-repo.sh),
+# and Debian's nginx unpacked from it, to run in plain network namespaces without installing it here.
+APT_REPO = os.path.join(REPO, ".cache", "apt-repo")
+NGINX_ROOT = os.path.join(REPO, ".cache", "fanout", "nginx-root")
+# What the weight_peer role installs (nginx-light and its closure) and what ansible.builtin.apt needs on a host.
+APT_PACKAGES = ("nginx-light", "python3-apt")
+NGINX_DEBS = ("nginx", "nginx-common", "libnginx-mod-http-echo")
 SUBNET = "10.231.0"
 HUB_IP = SUBNET + ".254"
 HUB_PORT = 8080
@@ -40,11 +48,25 @@ def sh(*argv, check=True, timeout=60):
     return subprocess.run(argv, check=check, timeout=timeout, capture_output=True, text=True)
 
 
+def apt_repo():
+    """The shared local apt repository with nginx-light in it (apt-get download on first use; additive)."""
+    if not glob.glob(os.path.join(APT_REPO, "nginx-light_*.deb")):
+        sh(os.path.join(REPO, "scripts", "local-apt-repo.sh"), *APT_PACKAGES, timeout=600)
+    return APT_REPO
+
+
 def nginx_binary():
-    """Debian's nginx from the local apt repo (built on first use)."""
-    binary = os.path.join(APT_DIR, "root", "usr", "sbin", "nginx")
+    """Debian's nginx, unpacked from the local apt repository's packages (on first use)."""
+    binary = os.path.join(NGINX_ROOT, "usr", "sbin", "nginx")
     if not os.access(binary, os.X_OK):
-        sh(os.path.join(REPO, "tests", "fanout", "local_apt_repo.sh"), APT_DIR, timeout=600)
+        repo = apt_repo()
+        os.makedirs(NGINX_ROOT, exist_ok=True)
+        for package in NGINX_DEBS:
+            debs = sorted(glob.glob(os.path.join(repo, package + "_*.deb")))
+            if not debs:
+                raise RuntimeError("%s has no %s package: run scripts/local-apt-repo.sh %s"
+                                   % (repo, package, " ".join(APT_PACKAGES)))
+            sh("dpkg-deb", "-x", debs[-1], NGINX_ROOT, timeout=120)
     return binary
 
 

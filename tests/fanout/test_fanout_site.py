@@ -64,7 +64,9 @@ def test_site_pulls_one_hub_copy_and_every_host_verifies(fresh_site):
     for host in site.hosts[1:]:
         assert "hub" not in results[host]["bytes_by_source"]
         assert results[host]["bytes_fetched"] == repo_bytes(site)
-    assert set(results["h3"]["bytes_by_source"]) == {"h1"}  # binary tree: h3's parent is h1
+    assert set(results["h3"]["bytes_by_source"]) == {"h1"}  # h3's parent is h1 (the seed has one child, h1; then a binary tree)
+    assert results["h3"]["bytes_by_kind"] == {"parent": repo_bytes(site), "peer": 0, "seed": 0, "hub": 0}
+    assert results["h1"]["bytes_by_kind"]["seed"] == repo_bytes(site)  # the seed is h1's parent
 
 
 def test_killed_interior_peer_children_fall_back_and_it_resumes(fresh_site):
@@ -77,7 +79,7 @@ def test_killed_interior_peer_children_fall_back_and_it_resumes(fresh_site):
     had = len(verified_files(site, "h1"))
     assert had < len(site.files), "h1 finished before it could be killed; the test proves nothing"
     results = finish(procs)
-    for child in ("h3", "h4"):  # h1's children
+    for child in ("h2", "h3"):  # h1's children (h1 is the seed's only child)
         assert results[child]["fallbacks"], child
         assert "h1" not in [f["source"].split()[-1] for f in results[child]["fallbacks"]]
     assert verify_all(site, [h for h in site.hosts if h != "h1"], site.files) == {}
@@ -112,14 +114,14 @@ def test_corrupt_shard_on_interior_peer_costs_at_most_that_shard(fresh_site):
 def test_killed_downloader_resumes_on_rerun(fresh_site):
     site = fresh_site
     seed = start_seed(site)
-    child = start_child(site, "h2")
+    child = start_child(site, "h2", seed_fanout=2)  # the seed's child: it needs no other peer running
     wait_until(lambda: len(verified_files(site, "h2")) >= 2, what="h2 to hold two verified files")
     child.send_signal(signal.SIGKILL)
     child.wait(30)
     had = len(verified_files(site, "h2"))
     assert had < len(site.files), "h2 finished before it could be killed; the test proves nothing"
     finish({"h0": seed})
-    again = finish({"h2": start_child(site, "h2")})["h2"]
+    again = finish({"h2": start_child(site, "h2", seed_fanout=2)})["h2"]
     assert again["files_present"] >= had
     assert again["files_fetched"] == len(site.files) - again["files_present"]
     assert verify_all(site, ["h2"], site.files) == {}

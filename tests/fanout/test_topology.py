@@ -22,6 +22,17 @@ def test_binary_tree_has_depth_log2():
     assert max(node["depth"] for node in tree.values()) == 3
 
 
+def test_seed_with_one_child_then_binary_keeps_depth_3_for_8_hosts():
+    tree = fanout.topology(HOSTS, fanout=2, seed_fanout=1)
+    assert tree["a"]["children"] == ["b"]
+    assert tree["b"]["children"] == ["c", "d"] and tree["c"]["children"] == ["e", "f"]
+    assert tree["d"]["children"] == ["g", "h"]
+    assert max(node["depth"] for node in tree.values()) == 3
+    assert fanout.topology(HOSTS, fanout=2, seed_fanout=2) == fanout.topology(HOSTS, fanout=2)
+    order = fanout.source_order(HOSTS, "c", fanout=2, seed_fanout=1)
+    assert order[0] == ("parent", "b") and order[-1] == ("seed", "a")
+
+
 def test_star_is_fanout_n_minus_1():
     tree = fanout.topology(HOSTS, fanout=7)
     assert tree["a"]["children"] == HOSTS[1:]

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.fanout.netns_site import APT_DIR, nginx_binary
+from tests.fanout.netns_site import apt_repo
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 PLAY = "tests/fanout/weight_peer_play.yml"
+# another checkout running this test at the same time on this machine sets its own name
+HOST = os.environ.get("CT200_FANOUT_PEER_HOST", "fanout-peer")
 
 
 def free_port():
@@ -32,11 +34,11 @@ def free_port():
 def host(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root (systemd-nspawn)")
-    nginx_binary()  # builds the local apt repository
-    state = REPO / ".cache" / "sandbox" / "fanout-role.json"
+    repo = apt_repo()  # nginx-light from Debian, in the shared local apt repository
+    state = REPO / ".cache" / "sandbox" / ("%s.json" % HOST)
     state.parent.mkdir(parents=True, exist_ok=True)
-    up = subprocess.run([SANDBOX, "up", "--names", "fanout-peer", "--state", str(state), "--recreate",
-                         "--bind", "%s:/srv/fo-apt:ro" % os.path.join(APT_DIR, "repo")],
+    up = subprocess.run([SANDBOX, "up", "--names", HOST, "--state", str(state), "--recreate",
+                         "--bind", "%s:/srv/fo-apt:ro" % repo],
                         capture_output=True, text=True, timeout=300, check=False)
     assert up.returncode == 0, up.stderr[-3000:]
     yield state
@@ -63,7 +65,7 @@ def get(url):
 
 
 def recap_changed(out):
-    line = [ln for ln in out.splitlines() if ln.startswith("fanout-peer") and "changed=" in ln][-1]
+    line = [ln for ln in out.splitlines() if ln.startswith(HOST) and "changed=" in ln][-1]
     return int(line.split("changed=")[1].split()[0])
 
 
@@ -83,7 +85,7 @@ def test_role_installs_serves_is_idempotent_and_removes(host):
     rc, out = playbook(host, "-e", "fo_port=%d" % port, "-e", "fo_state=absent", "--skip-tags", "prepare")
     assert rc == 0, out[-4000:]
     assert get(base + "/m/model-1.safetensors")[0] is None  # nothing listens any more
-    unit = subprocess.run([SANDBOX, "exec", "--state", str(host), "fanout-peer", "--", "test", "-e",
+    unit = subprocess.run([SANDBOX, "exec", "--state", str(host), HOST, "--", "test", "-e",
                            "/etc/systemd/system/ct200-weight-peer.service"], capture_output=True, timeout=60,
                           check=False)
     assert unit.returncode != 0

@@ -7,13 +7,12 @@ peers through a binary tree.  Every file on every host must hash to the Hub's sh
 Hub must have sent exactly one copy of the repository for the whole site (its own counters), every host
 must have shown progress, and no weight server may be left running afterwards.
 
-nginx-light comes from the interim flat apt repository of tests/fanout/local_apt_repo.sh (the one the
-netns fan-out tests already build), copied to the hosts by tests/fleet/fanout_prepare.yml.
+nginx-light comes from the shared flat apt repository of scripts/local-apt-repo.sh (the one the
+netns fan-out tests use too), copied to the hosts by tests/fleet/fanout_prepare.yml.
 """
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -34,10 +33,9 @@ PERSONA = "granted"
 
 
 def apt_repo() -> str:
-    from tests.fanout.netns_site import APT_DIR, nginx_binary
+    from tests.fanout.netns_site import apt_repo as shared_apt_repo
 
-    nginx_binary()  # builds APT_DIR/repo once (apt-get download on the controller)
-    return os.path.join(APT_DIR, "repo")
+    return shared_apt_repo()  # scripts/local-apt-repo.sh (apt-get download on the controller, once)
 
 
 @pytest.fixture(scope="module")
