@@ -27,10 +27,14 @@ DEST="${2:-${REPO_ROOT}/.cache/sglang-wheelhouse-${VERSION}-cpu}"
 PY="${SGLANG_WHEELHOUSE_PYTHON:-/usr/bin/python3.11}"
 # The parse set of scripts/sglang-parse-venv.sh (0.5.23), without the resolver extras.
 NODEPS=("sglang==${VERSION}" "torch==2.13.0" "triton==3.9.0")
+# pyyaml: SGLang's --config merger (srt/utils/server_args_config_parser.py) imports
+# yaml, and the role passes the API key through --config. sglang does not declare it
+# (a full install gets it through transformers); without it an instance with an API key
+# dies at start with "No module named 'yaml'".
 WITHDEPS=(sympy networkx jinja2 fsspec filelock typing_extensions
           msgspec numpy orjson psutil pybase64 requests packaging pillow starlette
-          pydantic pyzmq tqdm IPython aiohttp fastapi uvicorn ninja)
-RECIPE=2
+          pydantic pyzmq tqdm IPython aiohttp fastapi uvicorn ninja pyyaml)
+RECIPE=3
 STANDIN_SHA=$(sha256sum "${REPO_ROOT}/tests/support/sglang_standin/sglang_standin.py" | cut -c1-16)
 STAMP_CONTENT="recipe=${RECIPE} sglang=${VERSION} standin=${STANDIN_SHA}"
 STAMP="${DEST}/.ct200-wheelhouse-stamp"

@@ -123,6 +123,27 @@ try:
         pass
 except Exception as exc:
     out["algorithms_error"] = "%s: %s" % (type(exc).__name__, exc)
+
+
+def config_reader():
+    # --config (how the API key reaches SGLang) is merged by this module, imported only when
+    # --config is on the argv; it needs PyYAML, which sglang does not declare.
+    import importlib, importlib.util
+    for name in ("sglang.srt.utils.server_args_config_parser", "sglang.srt.server_args_config_parser"):
+        try:
+            found = importlib.util.find_spec(name)
+        except ImportError:
+            found = None
+        if found is not None:
+            importlib.import_module(name)
+            return None
+    return "SGLang's --config reader (server_args_config_parser) is not in this build"
+
+
+try:
+    out["config_reader_error"] = config_reader()
+except Exception as exc:
+    out["config_reader_error"] = "%s: %s" % (type(exc).__name__, exc)
 print("CT200-MANIFEST " + json.dumps(out))
 """
 
@@ -152,7 +173,7 @@ class Dialect(object):
 
     def __init__(self, version: str, options: Iterable[str], choices: Dict[str, Optional[List[str]]],
                  algorithms: Iterable[str], source: str, full: bool,
-                 value_options: Optional[Iterable[str]] = None):
+                 value_options: Optional[Iterable[str]] = None, config_reader_error: Optional[str] = None):
         self.version = version
         self.options = frozenset(options)
         self.choices = dict(choices)
@@ -160,6 +181,8 @@ class Dialect(object):
         self.source = source  # "probe", "cache", "static", "help"
         self.full = full  # True: options is the complete parser (extra_args checkable)
         self.value_options = frozenset(value_options if value_options is not None else self.options)
+        # why this build cannot read --config (None: it can, or not probed)
+        self.config_reader_error = config_reader_error
 
     # -- DDTree / DFLASH ---------------------------------------------------
     @property
@@ -214,7 +237,8 @@ def dialect_from_manifest(manifest: Dict[str, Any], source: str) -> Dialect:
             "sglang imports (python -m sglang.launch_server --help)"
             % (manifest.get("version"), manifest.get("error", "no error reported"))
         )
-    return Dialect(manifest.get("version", "unknown"), options, choices, algorithms, source, True, value_options)
+    return Dialect(manifest.get("version", "unknown"), options, choices, algorithms, source, True, value_options,
+                   manifest.get("config_reader_error"))
 
 
 def dialect_from_help(version: str, help_text: str) -> Dialect:
@@ -339,7 +363,10 @@ def probe_dialect(run: Runner, python: str, cache_dir: Optional[str], write_cach
             try:
                 with open(path, "r", encoding="utf-8") as handle:
                     manifest = json.load(handle)
-                if manifest.get("version") == info.get("version"):
+                # a build that could not read --config is probed again: its venv may be fixed
+                # without touching sglang's dist-info (the cache key)
+                if manifest.get("version") == info.get("version") and "config_reader_error" in manifest \
+                        and manifest["config_reader_error"] is None:
                     return dialect_from_manifest(manifest, "cache")
             except (OSError, ValueError):
                 pass  # rebuilt below

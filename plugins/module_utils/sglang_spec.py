@@ -969,6 +969,11 @@ def _check_exposure(c: _Check) -> None:
         c.refuse("host %s listens beyond loopback but api_key is false; an endpoint reachable from the network "
                  "needs an API key: set api_key true (the role writes it to %s) or host 127.0.0.1"
                  % (s.host, s.secret_path))
+    if c.res.api_key and c.dialect.config_reader_error:
+        c.refuse("api_key: SGLang %s reads the key from the --config file %s, but its config reader does not "
+                 "import with %s (%s), so the instance would die at start; install PyYAML into that venv (add a "
+                 "pyyaml wheel to the wheelhouse of ct200.deploy.sglang_runtime)"
+                 % (c.version, s.secret_path, s.python, c.dialect.config_reader_error))
 
 
 RULES = (

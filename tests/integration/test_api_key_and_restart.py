@@ -1,20 +1,47 @@
 # SPDX-License-Identifier: Apache-2.0
 """On a bare sandbox host: deploy_kimi.yml installs the runtime and serves beyond loopback with
-an API key that appears in no output (-vvv --diff), unit, env file or process argv; then a run
+an API key that appears in no output (-vvv --diff), unit, env file or process argv, and that the
+endpoint enforces (SGLang reads it from the --config YAML; the probes stay open); then a run
 whose instance cannot become healthy prints the journal, leaves the unit stopped and disabled and
-keeps the owed restart, which the next run performs; a final run changes nothing."""
+keeps the owed restart, which the next run performs; a final run changes nothing.
+
+Regression: SGLang's --config merger imports PyYAML, which sglang does not declare; the sandbox
+wheelhouse lacked it, so every instance with an API key died at start ("No module named 'yaml'")
+and the health wait ran out its whole budget."""
 
 import json
+import os
 import secrets
+import socket
 import subprocess
+import urllib.error
+import urllib.request
 
 import pytest
 
 from test_deploy_preflight import CACHE, bare_host, deploy, on_host
 
 pytestmark = pytest.mark.slow
-HOST = "rt-k1"
+# Machine names are global: a prefix of its own keeps two runs of the suite apart.
+HOST = "%s-k1" % os.environ.get("CT200_TEST_HOST_PREFIX", "rt")
 SANDBOX_DEFAULTS = {"limit_nofile": "20000", "limit_memlock": "8M", "gpu_memory_gib": 96}
+HEALTH_WAIT = "60"  # seconds; a broken instance fails the run in about this long
+
+
+def free_port():
+    """A port nothing listens on now (sandbox hosts share the machine's network namespace)."""
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
+
+
+def status_of(url, key=None):
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer %s" % key} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
 
 
 @pytest.fixture
@@ -25,18 +52,19 @@ def host(tmp_path):
                    check=False)
 
 
-@pytest.mark.xfail(reason="runtime helper, 12:35: on the sandbox the instance listening on 0.0.0.0 with an API key "
-                          "never answered /health_generate (connection refused; the role's rescue then left it "
-                          "stopped+disabled with the restart owed, as designed); cause not diagnosed yet",
-                   strict=False)
 def test_api_key_never_leaks_and_an_owed_restart_survives_a_failed_run(host, local_hub, tmp_path):
     key = secrets.token_hex(24)
-    # a port of its own: sandbox hosts share the machine's network namespace with other fleets
-    serve = ["-e", "ct200_sglang_host=0.0.0.0", "-e", "ct200_sglang_port=30741", "-e", "sglang_service_api_key=%s" % key]
+    port = free_port()
+    serve = ["-e", "ct200_sglang_host=0.0.0.0", "-e", "ct200_sglang_port=%d" % port,
+             "-e", "sglang_service_api_key=%s" % key, "-e", "sglang_service_health_timeout=%s" % HEALTH_WAIT]
     rc, out = deploy(host, local_hub, tmp_path, "-vvv", "--diff", *serve)
     assert rc == 0, out[-4000:]
     assert key not in out
     assert "/v1/chat/completions answered in" in out
+    base = "http://127.0.0.1:%d" % port
+    assert status_of(base + "/health") == 200  # SGLang's probes need no key
+    assert status_of(base + "/v1/models") == 401
+    assert status_of(base + "/v1/models", key) == 200
     unit = on_host(host, HOST, "cat", "/etc/systemd/system/sglang@kimi.service").stdout
     env = on_host(host, HOST, "cat", "/etc/sglang/kimi.env").stdout
     argv = on_host(host, HOST, "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
@@ -46,9 +74,9 @@ def test_api_key_never_leaks_and_an_owed_restart_survives_a_failed_run(host, loc
     assert mode == ["640", "sglang"]
 
     # An instance that never becomes healthy (the stand-in "loads" for 10 minutes).
-    broken = dict(SANDBOX_DEFAULTS, start_timeout=20, environment={"CT200_STANDIN_LOAD_SECONDS": "600"})
+    broken = dict(SANDBOX_DEFAULTS, environment={"CT200_STANDIN_LOAD_SECONDS": "600"})
     rc, out = deploy(host, local_hub, tmp_path, "--tags", "sglang_service", *serve,
-                     "-e", json.dumps({"sglang_service_defaults": broken}))
+                     "-e", json.dumps({"sglang_service_defaults": broken}), "-e", "sglang_service_health_timeout=20")
     assert rc != 0, out[-4000:]
     assert "Run | journal of kimi" in out and "did not come up" in out and key not in out
     assert on_host(host, HOST, "systemctl", "is-enabled", "sglang@kimi.service").stdout.strip() == "disabled"

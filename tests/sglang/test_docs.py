@@ -61,6 +61,11 @@ ROLE_VARS = {
     "sglang_service_state_dir": {"type": "str", "default": "/var/lib/ct200-sglang",
                                  "description": ["Where a restart owed after a failed run is remembered (one flag"
                                                  " file per instance)."]},
+    "sglang_service_health_timeout": {"type": "int", "default": None,
+                                      "description": ["Seconds the run waits for each instance's health endpoint"
+                                                      " after a start; null uses the instance's"
+                                                      " O(sglang_service_instances[].start_timeout). Changes no file"
+                                                      " on the host (the unit keeps its own C(TimeoutStartSec=))."]},
 }
 
 

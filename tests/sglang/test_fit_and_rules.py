@@ -216,6 +216,16 @@ def test_api_key_file_is_passed_as_config_never_the_key(mdir):
     assert not resolved.api_key and "--config" not in argv
 
 
+def test_api_key_is_refused_when_sglang_cannot_read_its_config_file(mdir):
+    """Regression: without PyYAML SGLang's --config merger does not import and the instance died at start."""
+    broken = copy.copy(D23)
+    broken.config_reader_error = "ModuleNotFoundError: No module named 'yaml'"
+    msg = one(refusal(kimi_params(mdir, host="0.0.0.0"), broken))
+    assert msg.startswith("api_key: SGLang 0.5.23 reads the key from the --config file /etc/sglang/kimi.secret.yaml")
+    assert "No module named 'yaml'" in msg and "install PyYAML into that venv" in msg
+    plan(kimi_params(mdir), broken)  # loopback, no key: no --config, nothing to refuse
+
+
 def test_beyond_loopback_without_api_key_is_refused(mdir):
     msg = one(refusal(kimi_params(mdir, host="10.0.0.5", api_key=False), D23))
     assert msg.startswith("host 10.0.0.5 listens beyond loopback but api_key is false")

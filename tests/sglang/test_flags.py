@@ -122,6 +122,24 @@ def test_probe_the_real_parse_venv_and_cache_it(tmp_path, version):
     assert len(calls) == 1  # only the cheap version call
 
 
+def test_probe_reports_a_config_reader_that_does_not_import_and_never_caches_it(tmp_path):
+    """The parse venv with PyYAML hidden (as in a wheelhouse without it): --config cannot be read."""
+    real = require_parse_venv("0.5.23")
+    blocker = tmp_path / "no-yaml"
+    blocker.mkdir()
+    (blocker / "yaml.py").write_text("raise ModuleNotFoundError(\"No module named 'yaml'\", name='yaml')\n")
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\nPYTHONPATH=%s exec %s \"$@\"\n" % (blocker, real))
+    python.chmod(0o755)
+    cache = tmp_path / "cache"
+    first = flags.probe_dialect(runner(), str(python), str(cache))
+    assert first.config_reader_error == "ModuleNotFoundError: No module named 'yaml'"
+    calls = []
+    again = flags.probe_dialect(runner(calls), str(python), str(cache))
+    assert again.source == "probe" and len(calls) == 2  # a negative answer is probed again
+    assert flags.probe_dialect(runner(), real, str(cache)).config_reader_error is None
+
+
 def test_cache_key_changes_with_version_and_mtime():
     base = {"version": "0.5.23", "mtime_ns": 1}
     key = flags.cache_key("/opt/v/bin/python", base)
