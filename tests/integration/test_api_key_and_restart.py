@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""On a bare sandbox host: deploy_kimi.yml installs the runtime and serves beyond loopback with
+"""On the shared served sandbox host (tests/integration/conftest.py: deploy_kimi.yml installed the
+runtime on a bare host): deploy_kimi.yml serves beyond loopback with
 an API key that appears in no output (-vvv --diff), unit, env file or process argv, and that the
 endpoint enforces (SGLang reads it from the --config YAML; the probes stay open); then a run
 whose instance cannot become healthy prints the journal, leaves the unit stopped and disabled and
@@ -10,20 +11,17 @@ wheelhouse lacked it, so every instance with an API key died at start ("No modul
 and the health wait ran out its whole budget."""
 
 import json
-import os
 import secrets
 import socket
-import subprocess
 import urllib.error
 import urllib.request
 
 import pytest
 
-from test_deploy_preflight import CACHE, bare_host, deploy, on_host
+from test_deploy_preflight import SERVED_HOST as HOST
+from test_deploy_preflight import deploy, on_host
 
 pytestmark = pytest.mark.slow
-# Machine names are global: a prefix of its own keeps two runs of the suite apart.
-HOST = "%s-k1" % os.environ.get("CT200_TEST_HOST_PREFIX", "rt")
 SANDBOX_DEFAULTS = {"limit_nofile": "20000", "limit_memlock": "8M", "gpu_memory_gib": 96}
 HEALTH_WAIT = "60"  # seconds; a broken instance fails the run in about this long
 
@@ -45,11 +43,8 @@ def status_of(url, key=None):
 
 
 @pytest.fixture
-def host(tmp_path):
-    state = bare_host(tmp_path, HOST, CACHE / "sglang-wheelhouse-0.5.23-cpu")
-    yield state
-    subprocess.run([str(CACHE.parent / "tests" / "support" / "sandbox" / "sandbox.sh"), "down", "--state", str(state)], timeout=120,
-                   check=False)
+def host(served_host):
+    return served_host[0]
 
 
 def test_api_key_never_leaks_and_an_owed_restart_survives_a_failed_run(host, local_hub, tmp_path):

@@ -18,6 +18,9 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 CACHE = REPO / ".cache"
+# The bare host deploy_kimi.yml takes to serving once for the suite (tests/integration/conftest.py).
+# Machine names are global: a prefix of its own keeps two runs of the suite apart.
+SERVED_HOST = "%s-s1" % os.environ.get("CT200_TEST_HOST_PREFIX", "rt")
 FAKE_SMI = """#!/bin/sh
 # TEST ONLY: 4 GPUs, a good driver
 case "$1" in

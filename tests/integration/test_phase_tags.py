@@ -3,29 +3,26 @@
 all), and the first full run on the bare host installs the runtime and serves; `--tags preflight`
 alone touches nothing after the preflight (regression: it crashed on 'model_weights_plan')."""
 
-import subprocess
-
 import pytest
 
-from test_deploy_preflight import CACHE, SANDBOX, bare_host, deploy
+from test_deploy_preflight import deploy
 
 pytestmark = pytest.mark.slow
 PHASES = ["preflight", "sglang_runtime", "hf_token", "hf_gated_access", "model_weights", "sglang_service"]
 
 
-def test_each_phase_tag_runs_alone(tmp_path, local_hub):
-    state = bare_host(tmp_path, "rt-t1", CACHE / "sglang-wheelhouse-0.5.23-cpu")
-    try:
-        rc, out = deploy(state, local_hub, tmp_path)
-        assert rc == 0, out[-4000:]
-        assert "Install | pip install SGLang 0.5.23" in out and "/v1/chat/completions answered in" in out
-        for tag in PHASES:
-            rc, out = deploy(state, local_hub, tmp_path, "--tags", tag)
-            assert rc == 0, (tag, out[-3000:])
-            assert "Preflight | one table for the fleet" in out, tag
-            recap = out.split("PLAY RECAP")[-1]
-            assert "changed=0" in recap and "failed=0" in recap, (tag, recap)
-            if tag == "preflight":
-                assert "Run | start kimi" not in out and "Download |" not in out
-    finally:
-        subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
+def test_each_phase_tag_runs_alone(served_host, local_hub, tmp_path):
+    state, first_out = served_host
+    assert "Install | pip install SGLang 0.5.23" in first_out
+    assert "/v1/chat/completions answered in" in first_out
+    # back to the inventory's spec (another test may have reconfigured the shared host)
+    rc, out = deploy(state, local_hub, tmp_path)
+    assert rc == 0, out[-4000:]
+    for tag in PHASES:
+        rc, out = deploy(state, local_hub, tmp_path, "--tags", tag)
+        assert rc == 0, (tag, out[-3000:])
+        assert "Preflight | one table for the fleet" in out, tag
+        recap = out.split("PLAY RECAP")[-1]
+        assert "changed=0" in recap and "failed=0" in recap, (tag, recap)
+        if tag == "preflight":
+            assert "Run | start kimi" not in out and "Download |" not in out
