@@ -167,7 +167,9 @@ def run(args) -> dict:
         fleet.up()
         print("setup: first deploy on all %d hosts (not timed)" % fleet.count, flush=True)
         setup = measure(fleet, "setup deploy x%d" % fleet.count, current, str(DEPLOY), "--tags", DEPLOY_TAGS,
-                        "-e", "fanout_enabled=false", *forks, runner=ansible_playbook)
+                        "-e", "fanout_enabled=false",
+                        "-e", "ct200_preflight_json=%s" % (workdir / "setup-preflight.json"), *forks,
+                        runner=ansible_playbook)
         results["setup_deploy"] = setup
         if setup["rc"] != 0:
             raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")

@@ -109,7 +109,8 @@ class Cli:
     def __init__(self, fleet, workdir: Path):
         self.fleet, self.workdir = fleet, workdir
         self.current = secret_file(workdir, "current-token", OLD)
-        env = fleet.fleet.env(fleet.env({"CT200_HF_TOKEN_FILE": str(self.current)}))
+        # PWD: where a playbook would drop a report nobody asked for (the preflight's default)
+        env = fleet.fleet.env(fleet.env({"CT200_HF_TOKEN_FILE": str(self.current), "PWD": str(workdir)}))
         self.env = {k: v for k, v in env.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_API_TOKEN")}
 
     def __call__(self, *argv: str, stdin: str | None = None) -> tuple[int, str, str, dict]:
@@ -209,6 +210,7 @@ def test_deploy_after_promotion_keeps_the_new_token_everywhere(cli, rotated):
     rows = {h["host"]: h for h in summary["hosts"]}
     assert {h: r["status"] for h, r in rows.items()} == dict.fromkeys(fleet.hosts, "ok")
     assert host_tokens(fleet) == before, "every host keeps its token file as the rotation left it"
+    assert not (cli.workdir / "ct200-preflight.json").exists(), "the preflight report belongs in the pdd"
 
     # The fleet-wide drift check agrees, without the Hub.
     code, out, err, summary = cli("drift")
