@@ -225,6 +225,9 @@ class Session:
             extravars[REPORT_VARS[command]] = report_path
         if self.token_path and command in TOKEN_FILE_VAR:
             extravars[TOKEN_FILE_VAR[command]] = self.token_path
+        if command == "deploy":
+            # its first play is the preflight, whose report otherwise lands in $PWD/ct200-preflight.json
+            extravars.setdefault("ct200_preflight_json", self.pdd.report_path("preflight"))
         cmdline = (["--check", "--diff"] if check else []) + (
             ["--vault-password-file", os.path.abspath(args.vault_password_file)] if args.vault_password_file else [])
         return run_playbook(playbook or PLAYBOOKS[command], inventory=args.inventory, private_data_dir=self.pdd.path,

@@ -53,9 +53,9 @@ class HostSummary:
         return data
 
 
-def _one_line(text, width=MSG_WIDTH) -> str:
+def _one_line(text, width: int | None = MSG_WIDTH) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if width is None or len(text) <= width else text[:width - 3] + "..."
 
 
 class FleetProgress:
@@ -107,12 +107,14 @@ class FleetProgress:
         ignored = bool(data.get("ignore_errors"))
         if status in ("failed", "unreachable") and not ignored:
             host.failed_task = data.get("task")
-            host.message = _one_line(res.get("msg", "")) or None
+            # whole: a failure's cause and fix (e.g. both fingerprints of a token drift and the
+            # promotion step) come last; the table shortens it, the JSON summary keeps it
+            host.message = _one_line(res.get("msg", ""), width=None) or None
         if status == "skipped" and not self.verbose_skips or status == "ok" and data.get("task_action") in QUIET_ACTIONS:
             return
         line = "%s: %s -> %s" % (name, data.get("task"), status + (" (ignored)" if ignored else ""))
         if status in ("failed", "unreachable") and res.get("msg"):
-            line += ": " + _one_line(res["msg"])
+            line += ": " + _one_line(res["msg"], width=None)
         self._print(line)
 
     def _on_progress_lines(self, text: str) -> None:

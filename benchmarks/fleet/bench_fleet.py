@@ -12,8 +12,12 @@ reached over SSH as in production, the Hub in a namespace of its own (tests/supp
 `tests/support/sandbox/sandbox.sh up N --netns`); "shared": hosts sharing the machine's network namespace,
 entered with nsenter (`tests/support/sandbox/sandbox.sh up N --name cli-bench`).
 
-The "no-op deploy" is benchmarks/fleet/noop_deploy.yml (the token/access and weights plays of
-deploy_kimi.yml, see README.md) run a second time on hosts that already have everything.
+The "no-op deploy" is the real playbooks/deploy_kimi.yml through `ct200 deploy --tags
+hf_token,hf_gated_access,model_weights` (the preflight, which carries every phase tag, the token and
+access play and the weights plays; the SGLang runtime and serving phases need a 2.3 GB venv per host
+and make no Hub call) on hosts that already hold the token and the weights. The first deploy that
+puts them there is not timed; it runs deploy_kimi.yml with the same tags and fanout_enabled=false
+(the site fan-out needs nginx-light on the hosts, which this fleet does not install).
 Rotations go 8, 4, 1 hosts with three valid tokens so that every host of each run changes.
 """
 
@@ -37,7 +41,10 @@ from localhub import LocalHub  # noqa: E402
 from localhub.personas import token_for  # noqa: E402
 
 SANDBOX = REPO / "tests" / "support" / "sandbox" / "sandbox.sh"
-NOOP_DEPLOY = REPO / "benchmarks" / "fleet" / "noop_deploy.yml"
+DEPLOY = REPO / "playbooks" / "deploy_kimi.yml"
+# Phases of deploy_kimi.yml the sandbox can run: everything that talks to the Hub.
+DEPLOY_TAGS = "hf_token,hf_gated_access,model_weights"
+SGLANG_WHEELHOUSE = REPO / ".cache" / "sglang-wheelhouse-0.5.23-cpu"
 ROOTFS = os.environ.get("CT200_SANDBOX_ROOTFS", "/var/lib/ct200-sandbox/rootfs")
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 SIZES = (1, 4, 8)
@@ -58,6 +65,8 @@ class Fleet:
     def up(self) -> None:
         started = time.monotonic()
         binds = ["%s:/srv/wheelhouse:ro" % WHEELHOUSE] if WHEELHOUSE.is_dir() else []
+        # the preflight of deploy_kimi.yml checks that the pinned SGLang is installable from there
+        binds += ["%s:/srv/sglang-wheelhouse:ro" % SGLANG_WHEELHOUSE] if SGLANG_WHEELHOUSE.is_dir() else []
         if self.kind == "ssh":
             import netlab
             self.netlab_fleet = netlab.SshFleet(self.state, prefix=self.prefix, count=self.count, rootfs=ROOTFS,
@@ -102,14 +111,30 @@ def secret(workdir: Path, name: str, persona: str) -> Path:
     return path
 
 
-def ct200(fleet: Fleet, current_token: Path, *argv: str) -> tuple[float, int, str]:
+def fleet_env(fleet: Fleet, current_token: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CT200_SANDBOX_STATE=str(fleet.state),
                CT200_HF_ENDPOINT=fleet.hub.url, CT200_HF_TOKEN_FILE=str(current_token), PYTHONPATH=str(REPO),
-               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+               ANSIBLE_NOCOLOR="1", PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    return env
+
+
+def ct200(fleet: Fleet, current_token: Path, *argv: str) -> tuple[float, int, str]:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "ct200_fleet", *argv, "-i", str(REPO / "inventories" / "sandbox")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=3600, check=False)
+                          cwd=REPO, env=fleet_env(fleet, current_token), capture_output=True, text=True,
+                          timeout=3600, check=False)
+    return time.monotonic() - started, proc.returncode, proc.stdout + proc.stderr
+
+
+def ansible_playbook(fleet: Fleet, current_token: Path, *argv: str) -> tuple[float, int, str]:
+    """The setup deploy: ansible-playbook itself, because it needs an extra var (fanout_enabled)
+    that `ct200 deploy` does not take."""
+    started = time.monotonic()
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), *argv,
+                           "-i", str(REPO / "inventories" / "sandbox")],
+                          cwd=REPO, env=fleet_env(fleet, current_token), capture_output=True, text=True,
+                          timeout=3600, check=False)
     return time.monotonic() - started, proc.returncode, proc.stdout + proc.stderr
 
 
@@ -117,9 +142,9 @@ def limit(fleet: Fleet, n: int) -> str:
     return ",".join(fleet.hosts[:n])
 
 
-def measure(fleet: Fleet, label: str, current: Path, *argv: str) -> dict:
+def measure(fleet: Fleet, label: str, current: Path, *argv: str, runner=ct200) -> dict:
     fleet.admin("/_admin/stats/reset", "POST")
-    wall, rc, out = ct200(fleet, current, *argv)
+    wall, rc, out = runner(fleet, current, *argv)
     stats = fleet.admin("/_admin/stats")
     result = {"wall_s": round(wall, 2), "rc": rc, "hub_api_calls": stats["api"],
               "hub_calls_by_kind": {k: stats[k] for k in ("whoami", "model_info", "auth_check", "tree",
@@ -141,15 +166,17 @@ def run(args) -> dict:
     try:
         fleet.up()
         print("setup: first deploy on all %d hosts (not timed)" % fleet.count, flush=True)
-        setup = measure(fleet, "setup deploy x%d" % fleet.count, current, "deploy", "--playbook", str(NOOP_DEPLOY),
-                        *forks)
+        setup = measure(fleet, "setup deploy x%d" % fleet.count, current, str(DEPLOY), "--tags", DEPLOY_TAGS,
+                        "-e", "fanout_enabled=false",
+                        "-e", "ct200_preflight_json=%s" % (workdir / "setup-preflight.json"), *forks,
+                        runner=ansible_playbook)
         results["setup_deploy"] = setup
         if setup["rc"] != 0:
             raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")
         for _round in range(args.repeat):
             for n in SIZES:
                 results["noop_deploy"].setdefault(str(n), []).append(measure(
-                    fleet, "no-op deploy x%d" % n, current, "deploy", "--playbook", str(NOOP_DEPLOY),
+                    fleet, "no-op deploy x%d" % n, current, "deploy", "--tags", DEPLOY_TAGS,
                     "--limit", limit(fleet, n), *forks))
         for n, persona in zip(sorted(SIZES, reverse=True), TOKENS[1:] + TOKENS[:1]):
             new = secret(workdir, "new-token-%d" % n, persona)
@@ -188,15 +215,18 @@ def main() -> int:
     parser.add_argument("--fleet", choices=("ssh", "shared"), default="ssh",
                         help="ssh: own network namespaces + sshd (default); shared: nsenter, shared namespace")
     parser.add_argument("--forks", type=int, default=8, help="ansible forks (default 8: every host at once)")
-    parser.add_argument("--prefix", default="clibench", help="sandbox host name prefix")
+    parser.add_argument("--prefix", default=os.environ.get("CT200_FLEET_PREFIX", "clibench"),
+                        help="sandbox host name prefix: PREFIX-1..8 (default $CT200_FLEET_PREFIX or clibench)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args()
     args.repeat = args.repeat or (1 if args.quick else 3)
     started = time.monotonic()
+    load_before = [round(x, 2) for x in os.getloadavg()]
     results = run(args)
     results["bench_wall_s"] = round(time.monotonic() - started, 1)
-    load = " ".join("%.1f" % x for x in os.getloadavg())
-    print("\nfleet: %s hosts, forks %d, load average %s" % (results["fleet"], args.forks, load))
+    results["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
+    print("\nfleet: %s hosts, forks %d, load average before %s, after %s" % (
+        results["fleet"], args.forks, " ".join(map(str, load_before)), " ".join(map(str, results["load_average"]["after"]))))
     for key in ("rotation_4_over_1", "rotation_8_over_1", "noop_deploy_4_over_1", "noop_deploy_8_over_1",
                 "hub_api_calls_noop_deploy_1", "hub_api_calls_noop_deploy_4", "hub_api_calls_noop_deploy_8",
                 "hub_api_calls_rotation_1", "hub_api_calls_rotation_8"):

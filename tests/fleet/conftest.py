@@ -31,6 +31,9 @@ FLEET_SIZE = int(os.environ.get("CT200_FLEET_SIZE", "8"))
 PREFIX = os.environ.get("CT200_FLEET_PREFIX", "fleet")
 STATE = Path(os.environ.get("CT200_FLEET_STATE", REPO / ".cache" / "sandbox" / "ssh-fleet.json"))
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"
+# deploy_kimi.yml's preflight (every phase tag runs it) checks that the pinned SGLang is installable
+# from there (inventories/sandbox: sglang_runtime_wheelhouse); nothing is installed from it by tag hf_token
+SGLANG_WHEELHOUSE = REPO / ".cache" / "sglang-wheelhouse-0.5.23-cpu"
 
 
 class FleetSession:
@@ -110,6 +113,7 @@ def require_fleet_prereqs() -> None:
 def ssh_fleet(tmp_path_factory):
     require_fleet_prereqs()
     binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
+    binds += (f"{SGLANG_WHEELHOUSE}:/srv/sglang-wheelhouse:ro",) if SGLANG_WHEELHOUSE.is_dir() else ()
     fleet = netlab.SshFleet(STATE, prefix=PREFIX, count=FLEET_SIZE, rootfs=ROOTFS, binds=binds,
                             link_rate=os.environ.get("CT200_FLEET_LINK_RATE", "1gbit"),
                             hub_rate=os.environ.get("CT200_FLEET_HUB_RATE", "400mbit"))
