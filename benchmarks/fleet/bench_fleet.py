@@ -18,7 +18,11 @@ access play and the weights plays; the SGLang runtime and serving phases need a 
 and make no Hub call) on hosts that already hold the token and the weights. The first deploy that
 puts them there is not timed; it runs deploy_kimi.yml with the same tags and fanout_enabled=false
 (the site fan-out needs nginx-light on the hosts, which this fleet does not install).
-Rotations go 8, 4, 1 hosts with three valid tokens so that every host of each run changes.
+Rotations go 8, 4, 1 hosts with three valid tokens so that every host of each run changes, with
+the playbook's default batches (a canary, then 25 % at a time: 5 batches on 8 hosts, as on 1,000);
+the 8-host rotation runs a second time with a canary and then every other host at once
+(`--batches 1,100%`), the choice for a small site, so the cost of a batch shows on its own.
+`--quick` measures 1 and 8 hosts only (the JSON keys the issue names), one run each.
 """
 
 from __future__ import annotations
@@ -48,8 +52,11 @@ SGLANG_WHEELHOUSE = REPO / ".cache" / "sglang-wheelhouse-0.5.23-cpu"
 ROOTFS = os.environ.get("CT200_SANDBOX_ROOTFS", "/var/lib/ct200-sandbox/rootfs")
 WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 SIZES = (1, 4, 8)
-# Three tokens that can read the gated drafter: rotations 8 -> 4 -> 1 hosts each move every
-# host they touch to a token it does not hold yet (A on all; 8 -> B; 4 -> C; 1 -> A).
+QUICK_SIZES = (1, 8)
+# A canary, then every other host in one batch: the rollout a small site would choose.
+CANARY_THEN_ALL = "1,100%"
+# Three tokens that can read the gated drafter (A, B, C): every rotation moves every host it
+# touches to a token it does not hold yet (A on all; 8 at once -> B; 8 -> C; 4 -> A; 1 -> B).
 TOKENS = ("granted", "granted_write", "granted_fine_grained")
 
 
@@ -159,7 +166,9 @@ def measure(fleet: Fleet, label: str, current: Path, *argv: str, runner=ct200) -
 def run(args) -> dict:
     workdir = Path(tempfile.mkdtemp(prefix="ct200-bench-fleet-"))
     fleet = Fleet(args.fleet, workdir, max(SIZES), args.prefix)
+    sizes = QUICK_SIZES if args.quick else SIZES
     results: dict = {"fleet": args.fleet, "hosts": max(SIZES), "forks": args.forks, "quick": args.quick,
+                     "sizes": list(sizes), "rotation_batches": "playbook default [1, '25%']",
                      "noop_deploy": {}, "rotation": {}}
     current = secret(workdir, "current-token", TOKENS[0])
     forks = ["--forks", str(args.forks)]
@@ -174,11 +183,17 @@ def run(args) -> dict:
         if setup["rc"] != 0:
             raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")
         for _round in range(args.repeat):
-            for n in SIZES:
+            for n in sizes:
                 results["noop_deploy"].setdefault(str(n), []).append(measure(
                     fleet, "no-op deploy x%d" % n, current, "deploy", "--tags", DEPLOY_TAGS,
                     "--limit", limit(fleet, n), *forks))
-        for n, persona in zip(sorted(SIZES, reverse=True), TOKENS[1:] + TOKENS[:1]):
+        # canary, then the other 7 at once: every host moves from A to B
+        results["rotation_canary_then_all_8"] = measure(
+            fleet, "rotation x8 %s" % CANARY_THEN_ALL, current, "rotate-token", "--token-file",
+            str(secret(workdir, "new-token-canary-all", TOKENS[1])), "--batches", CANARY_THEN_ALL,
+            "--limit", limit(fleet, 8), *forks)
+        # default batches, 8 -> 4 -> 1 hosts: B -> C, then A, then B, so every host touched changes
+        for n, persona in zip(sorted(sizes, reverse=True), TOKENS[2:] + TOKENS[:2]):
             new = secret(workdir, "new-token-%d" % n, persona)
             results["rotation"][str(n)] = [measure(fleet, "rotation x%d" % n, current, "rotate-token", "--token-file",
                                                    str(new), "--limit", limit(fleet, n), *forks)]
@@ -200,6 +215,10 @@ def summarize(results: dict) -> dict:
         for n in SIZES[1:]:
             if str(n) in runs:
                 results["%s_%d_over_1" % (kind, n)] = round(median_wall(runs[str(n)]) / base, 3)
+    canary_all = results.get("rotation_canary_then_all_8")
+    if canary_all and canary_all["rc"] == 0 and "1" in results["rotation"] and results["rotation"]["1"][0]["rc"] == 0:
+        results["rotation_8_over_1_canary_then_all"] = round(
+            canary_all["wall_s"] / median_wall(results["rotation"]["1"]), 3)
     for n in SIZES:
         if str(n) in results["noop_deploy"]:
             results["hub_api_calls_noop_deploy_%d" % n] = max(r["hub_api_calls"] for r in results["noop_deploy"][str(n)])
@@ -210,7 +229,8 @@ def summarize(results: dict) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="one no-op deploy per size (default: --repeat 3)")
+    parser.add_argument("--quick", action="store_true",
+                        help="1 and 8 hosts, one no-op deploy each (default: 1, 4, 8 hosts, --repeat 3)")
     parser.add_argument("--repeat", type=int, help="no-op deploys per size (median is used)")
     parser.add_argument("--fleet", choices=("ssh", "shared"), default="ssh",
                         help="ssh: own network namespaces + sshd (default); shared: nsenter, shared namespace")
@@ -227,7 +247,7 @@ def main() -> int:
     results["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
     print("\nfleet: %s hosts, forks %d, load average before %s, after %s" % (
         results["fleet"], args.forks, " ".join(map(str, load_before)), " ".join(map(str, results["load_average"]["after"]))))
-    for key in ("rotation_4_over_1", "rotation_8_over_1", "noop_deploy_4_over_1", "noop_deploy_8_over_1",
+    for key in ("rotation_4_over_1", "rotation_8_over_1", "rotation_8_over_1_canary_then_all", "noop_deploy_4_over_1", "noop_deploy_8_over_1",
                 "hub_api_calls_noop_deploy_1", "hub_api_calls_noop_deploy_4", "hub_api_calls_noop_deploy_8",
                 "hub_api_calls_rotation_1", "hub_api_calls_rotation_8"):
         print("%-30s %s" % (key, results.get(key, "n/a (a run failed, see above)")))
