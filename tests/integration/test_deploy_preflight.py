@@ -18,9 +18,11 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 CACHE = REPO / ".cache"
-# The bare host deploy_kimi.yml takes to serving once for the suite (tests/integration/conftest.py).
-# Machine names are global: a prefix of its own keeps two runs of the suite apart.
-SERVED_HOST = "%s-s1" % os.environ.get("CT200_TEST_HOST_PREFIX", "rt")
+# The bare host the Molecule deploy scenario takes to serving once for the suite
+# (tests/integration/conftest.py), and the port its instance keeps (its scenario's index 41) while
+# the hosts of other tests come and go in the same network namespace.
+SERVED_HOST = "rt-deploy-1"
+SERVED_PORT = ("-e", "ct200_sglang_port=30041")
 FAKE_SMI = """#!/bin/sh
 # TEST ONLY: 4 GPUs, a good driver
 case "$1" in
