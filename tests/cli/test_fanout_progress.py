@@ -48,9 +48,9 @@ def fact_event(host, fact):
 
 
 def stats(hosts):
-    return {"event": "playbook_on_stats", "event_data": {"ok": dict.fromkeys(hosts, 9), "changed": {},
-                                                          "failures": {}, "dark": {}, "rescued": {},
-                                                          "processed": dict.fromkeys(hosts, 1)}}
+    data = {"ok": dict.fromkeys(hosts, 9), "changed": {}, "failures": {}, "dark": {}, "rescued": {},
+            "processed": dict.fromkeys(hosts, 1)}
+    return {"event": "playbook_on_stats", "event_data": data}
 
 
 def trusted(value):
@@ -175,13 +175,13 @@ def test_ct200_deploy_through_ansible_runner_prints_and_summarizes_the_fanout(tm
     progress_file = tmp_path / "progress.json"
     progress_file.write_text(json.dumps(doc))
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    facts = {"cli-a": {"seed": "cli-a", "role": "seed", "repos": [
-                 {"name": "target", "repo_id": "fo/site", "verified": True, "files": 12, "bytes_total": 12 * MB4,
-                  "bytes_by_kind": {"hub": 12 * MB4}, "fallbacks": 0, "rejected": 0, "msg": None}]},
-             "cli-b": {"seed": "cli-a", "role": "peer", "repos": [
-                 {"name": "target", "repo_id": "fo/site", "verified": True, "files": 12, "bytes_total": 12 * MB4,
-                  "bytes_by_kind": {"parent": 12 * MB4, "peer": 0, "seed": 0, "hub": 0}, "fallbacks": 1,
-                  "rejected": 0, "msg": None}]}}
+    seed_repo = {"name": "target", "repo_id": "fo/site", "verified": True, "files": 12, "bytes_total": 12 * MB4,
+                 "bytes_by_kind": {"hub": 12 * MB4}, "fallbacks": 0, "rejected": 0, "msg": None}
+    peer_repo = {"name": "target", "repo_id": "fo/site", "verified": True, "files": 12, "bytes_total": 12 * MB4,
+                 "bytes_by_kind": {"parent": 12 * MB4, "peer": 0, "seed": 0, "hub": 0}, "fallbacks": 1,
+                 "rejected": 0, "msg": None}
+    facts = {"cli-a": {"seed": "cli-a", "role": "seed", "repos": [seed_repo]},
+             "cli-b": {"seed": "cli-a", "role": "peer", "repos": [peer_repo]}}
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"ct200": {"hosts": {"cli-a": local, "cli-b": local}, "vars": {
         "ct200_test_progress_file": str(progress_file), "ct200_test_fanout": facts}}}))

@@ -48,7 +48,7 @@ def report(tmp_path, group_vars, *extra):
 
 
 @pytest.mark.parametrize("group_vars,extra,seed", [({}, (), "fanout2-a"),
-                                                  ({"fanout_seed": "fanout2-b"}, (), "fanout2-b")])
+                                                   ({"fanout_seed": "fanout2-b"}, (), "fanout2-b")])
 def test_fanout_counts_the_hub_bytes_once_on_the_seed(tmp_path, group_vars, extra, seed):
     data, out = report(tmp_path, group_vars, *extra)
     rows = dict((r["host"], r) for r in data["hosts"])
