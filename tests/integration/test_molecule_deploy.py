@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_deploy_scenario_serves_a_bare_host_and_is_idempotent(served_host):
-    _, scenario = served_host
+    scenario = served_host[1]
     converge = scenario["converge"]
     assert "Preflight | one table for the fleet" in converge
     assert "Install | pip install SGLang 0.5.23" in converge
