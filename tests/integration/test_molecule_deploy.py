@@ -4,7 +4,11 @@ the runtime is installed through the role, the host serves and answers a complet
 converge changes nothing and verify finds the unit active and enabled on the installed SGLang.
 The scenario runs once, in the served_host fixture (tests/integration/conftest.py)."""
 
+import json
+
 import pytest
+
+from test_deploy_preflight import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -20,3 +24,7 @@ def test_deploy_scenario_serves_a_bare_host_and_is_idempotent(served_host):
     for step in ("converge", "idempotence", "verify"):
         assert "[deploy > %s] Executed: Successful" % step in scenario[step], (step, scenario[step][-3000:])
     assert "Assert the host serves from the installed runtime" in scenario["verify"]
+    # the preflight's report lands in the scenario's directory, never in the checkout
+    report = json.loads((served_host[0].parent / "preflight.json").read_text())
+    assert report["ok"] is True and [h["host"] for h in report["hosts"]] == ["rt-deploy-1"]
+    assert not (REPO / "ct200-preflight.json").exists()
