@@ -9,6 +9,7 @@ windows are 1-3 s so the file costs ~20 s in all.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -16,7 +17,7 @@ import secrets
 import pytest
 
 from dlhelpers import WEIGHTS, assert_tree_matches, hub_files, run_download
-from localhub.proxy import AuthProxy
+from localhub.proxy import AuthProxy, TlsFront, self_signed_cert
 
 SHARD2 = "model-00002-of-00003.safetensors"  # 24 MiB
 SHARD2_SIZE = 24 << 20
@@ -130,6 +131,37 @@ def test_wrong_proxy_credentials_on_the_metadata_path_name_the_proxy(hub, tmp_pa
     assert failed and res["code"] == "proxy_auth" and "407" in res["msg"] and "USER:PASSWORD@" in res["fix"], res
     assert password not in json.dumps(res) + res["_stderr"]
     assert not (tmp_path / "w").exists() or not os.listdir(tmp_path / "w")
+
+
+def test_connect_tunnel_carries_the_proxy_credentials(hub, tmp_path, monkeypatch):
+    """https through the proxy: the CONNECT carries Proxy-Authorization, the tunnelled TLS request does not
+    need it; without (or with wrong) credentials one ProxyRefused names the proxy, never the password."""
+    from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer_http as http
+
+    shard = hub.repo(WEIGHTS).files[SHARD2]
+    cert, key = self_signed_cert(str(tmp_path))
+    password = "pw-" + secrets.token_hex(6)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)
+    for name in ("no_proxy", "NO_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    with TlsFront(cert, key, hub.port) as front, AuthProxy("ct200", password) as proxy:
+        url = "https://localhost:%d/cdn/%s" % (front.port, shard.sha256)
+        monkeypatch.setenv("https_proxy", proxy.url_with_credentials)
+        conns = http.Connections(timeout=10)
+        resp, _final, status = http.open_stream(conns, url, {})
+        body = resp.read()
+        conns.close()
+        assert status == 200 and hashlib.sha256(body).hexdigest() == shard.sha256
+        connects = [r for r in proxy.log if r["method"] == "CONNECT"]
+        assert connects and all(r["authorized"] and r["status"] == 200 for r in connects), proxy.log
+        for given in (proxy.url, proxy.url_with_credentials.replace(password, "x" + password)):
+            monkeypatch.setenv("https_proxy", given)
+            with pytest.raises(http.TransferError) as refused:
+                http.open_stream(http.Connections(timeout=10), url, {})
+            assert type(refused.value).__name__ == "ProxyRefused" and not refused.value.retryable
+            assert proxy.url in str(refused.value) and "407" in str(refused.value)
+            assert password not in str(refused.value) and "x" + password not in str(refused.value)
+        assert [r["status"] for r in proxy.log if r["method"] == "CONNECT"][-2:] == [407, 407]
 
 
 def test_xet_listing_with_lfs_is_fetched_through_the_bridge_and_verified(hub, tmp_path):

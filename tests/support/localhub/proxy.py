@@ -190,3 +190,71 @@ class AuthProxy:
 
     def __exit__(self, *exc) -> None:  # noqa: ANN002
         self.stop()
+
+
+def self_signed_cert(directory, host: str = "localhost") -> tuple[str, str]:  # noqa: ANN001
+    """(cert, key) paths of a fresh self-signed certificate for ``host`` (openssl req); the cert is its own CA."""
+    import os
+    import subprocess
+
+    cert, key = os.path.join(directory, "tls-cert.pem"), os.path.join(directory, "tls-key.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", f"/CN={host}",
+                    "-addext", f"subjectAltName=DNS:{host},IP:127.0.0.1", "-keyout", key, "-out", cert],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+class TlsFront:
+    """TLS in front of a plain-HTTP server (the local Hub): what a proxy's CONNECT tunnel reaches."""
+
+    def __init__(self, cert: str, key: str, backend_port: int, backend_host: str = "127.0.0.1"):
+        import ssl
+
+        self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._ctx.load_cert_chain(cert, key)
+        self._backend = (backend_host, backend_port)
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+
+    def _serve(self) -> None:
+        try:
+            while not self._stop.is_set():
+                readable, _unused, _unused = select.select([self._sock], [], [], 0.2)
+                if readable:
+                    client, _addr = self._sock.accept()
+                    threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+        except OSError:
+            pass  # closed while stopping
+        finally:
+            self._sock.close()
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            tls = self._ctx.wrap_socket(client, server_side=True)
+            upstream = socket.create_connection(self._backend, timeout=10)
+        except OSError:
+            client.close()
+            return
+        try:
+            while True:
+                readable = [tls] if tls.pending() else select.select([tls, upstream], [], [], 30)[0]
+                if not readable:
+                    return
+                for sock in readable:
+                    data = sock.recv(_CHUNK)
+                    if not data:
+                        return
+                    (upstream if sock is tls else tls).sendall(data)
+        except OSError:
+            return
+        finally:
+            upstream.close()
+            tls.close()
+
+    def __enter__(self) -> "TlsFront":
+        threading.Thread(target=self._serve, daemon=True, name=f"tlsfront:{self.port}").start()
+        return self
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        self._stop.set()
