@@ -128,7 +128,7 @@ RESULT["sha"], RESULT["xet_of_bytes"] = sha256_of(path), hf_xet.hash_files([path
     bridge = [r for r in real_hub.requests_log() if r["path"].startswith("/xet-bridge-us/")]
     assert bridge and not any(r["authorization"] for r in bridge), bridge
     real_hub.xet_without_lfs = True
-    result = hf(code.split("\npath = ")[0])
+    result = hf(code.split("\npath = ", maxsplit=1)[0])
     assert result["lfs"] is None and result["xet_hash"] == real_hub.xet_hash(big), result
 
 
