@@ -405,8 +405,10 @@ def build_options(module):
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     # credentials in an endpoint URL are secrets: masked in every output, invocation included
-    for secret in url_credentials(module.params["endpoint"]) + url_credentials(os.environ.get("HF_ENDPOINT")):
-        module.no_log_values.add(secret)
+    proxies = [os.environ.get(name) for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")]
+    for url in [module.params["endpoint"], os.environ.get("HF_ENDPOINT")] + proxies:
+        for secret in url_credentials(url):
+            module.no_log_values.add(secret)  # a proxy's password too: masked wherever it might be echoed
     try:
         result = hf_transfer.run(build_options(module))
     except hf_transfer.DownloadError as exc:
