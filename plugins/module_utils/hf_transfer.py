@@ -753,6 +753,7 @@ class ProgressWriter(object):
             "eta_seconds": round(left / rate, 1) if rate > 0 else None,
             "elapsed": round(elapsed, 1),
             "retries": stats.retries if stats else 0,
+            "rate_limit_wait_s": round(stats.rate_limit_wait, 1) if stats else 0.0,
             "updated": time.time(),
             "error": error,
         }

@@ -546,9 +546,9 @@ class Engine(object):
             waits["expired"] += 1
             if waits["expired"] > self.resolve_limit:
                 # no cause: the 403 is the CDN's verdict on a stale URL, not the Hub's on the token
-                raise FetchFailed("%s: the signed download URL was still expired after %d fresh resolves of %s: %s"
-                                  % (job.path, self.resolve_limit, job.url, exc), path=job.path)
-            self._count_retry(exc, "expired_url", reresolve=True)
+                raise FetchFailed("%s: the signed download URL was still expired after %d fresh resolves: %s"
+                                  % (job.path, self.resolve_limit, exc), path=job.path)
+            self._count_retry("expired_url", reresolve=True)
             # the first re-resolve at once; a stale URL again means a cached redirect: back off
             if waits["expired"] > 1:
                 self._interruptible_sleep(self._backoff(waits["expired"] - 1, None))
@@ -559,7 +559,7 @@ class Engine(object):
                 raise FetchFailed("%s: the Hub kept rate-limiting it for more than %.0f s: %s"
                                   % (job.path, self.rate_limit_max_wait, exc), cause=exc, path=job.path)
             waits["rate_limited"] += delay
-            self._count_retry(exc, _cause_key(exc), wait=delay)
+            self._count_retry(_cause_key(exc), wait=delay)
             self._warn_once(_rate_limit_note(exc))
             self._interruptible_sleep(delay)
             return True
@@ -572,7 +572,7 @@ class Engine(object):
             return False
         return job.location is not None or origin_of(exc.url) != origin_of(job.url)
 
-    def _count_retry(self, exc, cause, wait=0.0, reresolve=False):
+    def _count_retry(self, cause, wait=0.0, reresolve=False):
         with self.lock:
             self.stats.retries += 1
             self.stats.retry_causes[cause] += 1

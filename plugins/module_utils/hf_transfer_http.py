@@ -322,11 +322,11 @@ def _send(conns, method, url, headers, on_socket=None):
 def _proxy_refused(url):
     proxy = _proxy_for(url)
     where = proxy[3] if proxy else "the proxy"
-    sent = "with" if proxy and proxy[2] else "without"
+    sent = "the credentials from the proxy URL were refused" if proxy and proxy[2] else "the proxy URL has no credentials"
     return ProxyRefused(
-        "the proxy %s refused the request for %s %s credentials (407 Proxy Authentication Required): put the "
-        "proxy's user and password in the proxy URL (https_proxy/http_proxy=http://USER:PASSWORD@HOST:PORT, "
-        "percent-encoded) and check them" % (where, _redact_url(url), sent))
+        "the proxy %s answered 407 Proxy Authentication Required for %s (%s): put the proxy's user and password "
+        "in the proxy URL (https_proxy/http_proxy=http://USER:PASSWORD@HOST:PORT, percent-encoded) and check them"
+        % (where, _redact_url(url), sent))
 
 
 def _drain(resp, limit=65536):

@@ -34,7 +34,7 @@ def test_expired_signed_urls_are_resolved_again_with_backoff_and_resume_by_range
     sha = hub_files(hub, WEIGHTS)[SHARD2][1]
     hub.xet = xet
     hub.cdn_expiry = 1  # valid 1-2 s
-    hub.redirect_cache = 2.5  # /resolve replays the first signed URL for 2.5 s
+    hub.redirect_cache = 4  # /resolve replays the first signed URL for 4 s (stale after 1-2 s)
     glob = "/xet-bridge-us/*/%s" % hub.xet_hash(hub.repo(WEIGHTS).files[SHARD2]) if xet else "/cdn/%s" % sha
     hub.set_faults([{"kind": "stall", "path_glob": glob, "fraction": 0.3, "seconds": 10, "count": 1}])
     failed, res = run_download(hub, tmp_path / "w", stall_timeout=1, max_workers=2)
