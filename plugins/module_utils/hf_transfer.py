@@ -284,6 +284,8 @@ def handed_tree(listing):
                                 % (HANDED_LISTING, path), code="bad_listing",
                                 fix="hand the listing exactly as the controller fetched it (ct200.deploy.hf_repo_meta)")
         tree_files[path] = {"size": item.get("size"), "oid": item.get("oid"), "lfs": item.get("lfs")}
+        if item.get("xet_only"):
+            tree_files[path]["xet_only"] = True
     return tree_files
 
 
@@ -377,6 +379,8 @@ def make_plan(opts, commit, tree_files, manifest, hash_workers=None, source="the
     to_hash = []
     for path in selected:
         info = tree_files[path]
+        if info.get("xet_only"):
+            raise xet_only_error(opts, commit, path, source)
         pf = PlanFile(path, info["size"], info["oid"], info["lfs"])
         files.append(pf)
         try:
@@ -391,6 +395,19 @@ def make_plan(opts, commit, tree_files, manifest, hash_workers=None, source="the
     if to_hash:
         _hash_present(opts, plan, to_hash, manifest, commit, hash_workers)
     return plan
+
+
+def xet_only_error(opts, commit, path, source):
+    """A Xet-backed file listed with its xetHash and no lfs sha256: nothing here can prove its bytes."""
+    return DownloadError(
+        "%s of %s@%s lists %r with a Xet hash (xetHash) but no LFS sha256 (lfs.oid): hf_download proves every "
+        "byte against a sha256 or a git blob sha1, and the only other id listed is the git blob of the Xet pointer, "
+        "so this file could not be verified; nothing was written" % (source, opts.repo_id, commit[:12], path),
+        code="xet_unverifiable",
+        fix="leave the file out (ignore_patterns) and fetch it with huggingface_hub's Xet client, which checks Xet "
+            "hashes (hf download %s %s --revision %s with hf_xet installed and HF_HUB_DISABLE_XET unset); if the "
+            "Hub should list lfs.oid for it, report it to the repository owner or Hugging Face"
+            % (opts.repo_id, path, commit))
 
 
 def _classify(opts, pf, outcome, st, manifest, commit, to_hash):
@@ -592,6 +609,8 @@ class Hub(object):
                 if isinstance(oid, str) and "*" in oid:
                     masked = True
                 files[item.path] = tree_entry(size, oid, lfs is not None)
+                if lfs is None and getattr(item, "xet_hash", None):
+                    files[item.path]["xet_only"] = True  # refused by make_plan if selected
             return files, masked
 
         return self._call(what, listing)
@@ -669,8 +688,17 @@ def error_context(opts):
     )
 
 
+PROXY_AUTH_FIX = ("give the proxy's credentials in the proxy URL of the task's environment "
+                  "(https_proxy/http_proxy=http://USER:PASSWORD@HOST:PORT, percent-encoded); huggingface_hub and the "
+                  "byte engine both read these variables")
+
+
 def hub_error(opts, exc, what):
     from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import classify
+
+    if getattr(getattr(exc, "response", None), "status_code", None) == 407:  # the proxy, not the Hub
+        return DownloadError("%s: the proxy refused the request (407 Proxy Authentication Required); the proxy URL "
+                             "carries no or wrong credentials" % what, code="proxy_auth", fix=PROXY_AUTH_FIX)
 
     verdict = classify(exc, error_context(opts))
     return DownloadError("%s: %s" % (what, verdict.message), code=verdict.code, fix=verdict.fix)
@@ -725,6 +753,7 @@ class ProgressWriter(object):
             "eta_seconds": round(left / rate, 1) if rate > 0 else None,
             "elapsed": round(elapsed, 1),
             "retries": stats.retries if stats else 0,
+            "rate_limit_wait_s": round(stats.rate_limit_wait, 1) if stats else 0.0,
             "updated": time.time(),
             "error": error,
         }
@@ -1174,6 +1203,8 @@ def _run_locked(opts, clock, started):
         mean_rate=round(stats.bytes_fetched / fetch_seconds, 1),
         retries=stats.retries,
         retry_causes=dict(stats.retry_causes),
+        rate_limit_wait_s=round(stats.rate_limit_wait, 1),
+        reresolves=stats.reresolves,
         stalls=stats.stalls,
         refetched=sorted(set(stats.refetched)),
         removed_temp_files=removed,
@@ -1227,6 +1258,9 @@ def fetch_error(opts, exc, stats):
         return DownloadError("%s; nothing was written there" % cause, code="unsafe_path",
                              fix="hf_download follows no symlink it did not create under local_dir %s: remove it "
                                  "and re-run the task" % opts.local_dir, details=details)
+    if type(cause).__name__ == "ProxyRefused":
+        return DownloadError("download of %s stopped: %s" % (opts.repo_id, exc), code="proxy_auth",
+                             fix=PROXY_AUTH_FIX, details=details)
     if cause is not None and getattr(cause, "response", None) is not None and cause.status in (401, 403, 404):
         from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import classify
 

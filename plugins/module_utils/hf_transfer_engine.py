@@ -56,6 +56,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http impo
     HttpError,
     TransferError,
     open_stream,
+    origin_of,
     token_may_follow,
 )
 
@@ -64,6 +65,12 @@ ALIGN = 4096  # O_DIRECT offset/length/address alignment (covers 512-byte device
 DIRECT_MIN_SIZE = 16 << 20  # smaller files go through the page cache
 TMP_DIR = "tmp"
 STATE_SAVE_INTERVAL = 2.0
+# Signed CDN / cas-bridge URLs expire (about an hour on the real Hub) and an edge may hand back a cached,
+# already expired redirect for a while: re-resolve up to this many times in a row (with backoff) before
+# giving up.  These do not use the ordinary retry budget.
+RESOLVE_LIMIT = 8
+# Total wait one segment accepts from the Hub's 429 RateLimit/Retry-After (the Hub's window is 300 s).
+RATE_LIMIT_MAX_WAIT = 900.0
 
 
 class FetchFailed(Exception):
@@ -249,6 +256,8 @@ class Stats(object):
         self.bytes_files_done = 0
         self.retries = 0
         self.stalls = 0
+        self.rate_limit_wait = 0.0  # seconds slept because the Hub said so (429 RateLimit / Retry-After)
+        self.reresolves = 0  # signed URLs found expired and resolved again
         self.refetched = []  # paths re-fetched after a hash mismatch
         self.retry_causes = collections.Counter()
         self.downloaded = []
@@ -278,6 +287,8 @@ class Engine(object):
         progress_interval=1.0,
         manifest_save_interval=1.0,
         sleep=time.sleep,
+        resolve_limit=RESOLVE_LIMIT,
+        rate_limit_max_wait=RATE_LIMIT_MAX_WAIT,
     ):
         self.local_dir = local_dir
         self.headers = headers
@@ -297,6 +308,8 @@ class Engine(object):
         self.progress_interval = progress_interval
         self.manifest_save_interval = manifest_save_interval
         self.sleep = sleep
+        self.resolve_limit = int(resolve_limit)
+        self.rate_limit_max_wait = float(rate_limit_max_wait)
         self.warnings = []
 
         self.lock = threading.Condition()
@@ -483,6 +496,7 @@ class Engine(object):
         job = seg.file
         self._open_job(job)
         attempts = 0
+        waits = {"expired": 0, "rate_limited": 0.0}  # outside the ordinary retry budget
         mv = memoryview(buf)
         while True:
             with self.lock:
@@ -505,12 +519,12 @@ class Engine(object):
                 with self.lock:
                     if self.error is not None:
                         return
-                # a signed CDN URL may have expired: resolve it again (once without waiting)
-                expired = isinstance(exc, HttpError) and exc.status in (403, 404, 410) and job.location is not None
-                if expired:
-                    job.location = None
+                if seg.pos > start:
+                    waits["expired"] = 0  # bytes came since the last fresh URL: it was not a stale redirect
+                if self._wait_out(job, exc, waits):
+                    continue
                 attempts = 0 if progressed else attempts + 1
-                if not (exc.retryable or (expired and attempts <= 1)):
+                if not exc.retryable:
                     raise FetchFailed("%s: %s" % (job.path, exc), cause=exc, path=job.path)
                 if attempts > self.retries:
                     raise FetchFailed(
@@ -518,11 +532,52 @@ class Engine(object):
                     )
                 self.stats.retries += 1
                 self.stats.retry_causes[_cause_key(exc)] += 1
-                if not expired:
-                    self._interruptible_sleep(self._backoff(max(attempts, 1), getattr(exc, "retry_after", None)))
+                self._interruptible_sleep(self._backoff(max(attempts, 1), getattr(exc, "retry_after", None)))
             finally:
                 self.transfers.pop(key, None)
         self._maybe_finish(job)
+
+    def _wait_out(self, job, exc, waits):
+        """Handle what the ordinary retry budget must not pay for: an expired signed URL (resolve it
+        again, with backoff, up to resolve_limit times in a row) and the Hub's rate limit (sleep as long
+        as its RateLimit or Retry-After header says, up to rate_limit_max_wait in all).  True: try again."""
+        if self._url_expired(job, exc):
+            job.location = None
+            waits["expired"] += 1
+            if waits["expired"] > self.resolve_limit:
+                # no cause: the 403 is the CDN's verdict on a stale URL, not the Hub's on the token
+                raise FetchFailed("%s: the signed download URL was still expired after %d fresh resolves: %s"
+                                  % (job.path, self.resolve_limit, exc), path=job.path)
+            self._count_retry("expired_url", reresolve=True)
+            # the first re-resolve at once; a stale URL again means a cached redirect: back off
+            if waits["expired"] > 1:
+                self._interruptible_sleep(self._backoff(waits["expired"] - 1, None))
+            return True
+        if isinstance(exc, HttpError) and exc.status == 429 and exc.retry_after is not None:
+            delay = min(max(exc.retry_after, 0.0), self.rate_limit_max_wait)
+            if waits["rate_limited"] + delay > self.rate_limit_max_wait:
+                raise FetchFailed("%s: the Hub kept rate-limiting it for more than %.0f s: %s"
+                                  % (job.path, self.rate_limit_max_wait, exc), cause=exc, path=job.path)
+            waits["rate_limited"] += delay
+            self._count_retry(_cause_key(exc), wait=delay)
+            self._warn_once(_rate_limit_note(exc))
+            self._interruptible_sleep(delay)
+            return True
+        return False
+
+    def _url_expired(self, job, exc):
+        """A 403/404/410 from where the Hub redirected us (a cached URL, or another origin: the CDN or
+        the Xet bridge) means a signed URL that expired; from the Hub itself it is a real refusal."""
+        if not isinstance(exc, HttpError) or exc.status not in (403, 404, 410):
+            return False
+        return job.location is not None or origin_of(exc.url) != origin_of(job.url)
+
+    def _count_retry(self, cause, wait=0.0, reresolve=False):
+        with self.lock:
+            self.stats.retries += 1
+            self.stats.retry_causes[cause] += 1
+            self.stats.rate_limit_wait += wait
+            self.stats.reresolves += 1 if reresolve else 0
 
     def _interruptible_sleep(self, delay):
         deadline = time.monotonic() + delay
@@ -857,6 +912,17 @@ class Engine(object):
         if missing:
             raise FetchFailed("internal error: %d file(s) not completed: %s" % (len(missing), ", ".join(missing[:5])))
         return self.stats
+
+
+def _rate_limit_note(exc):
+    """One warning per run and kind of limit (the numbers vary: _warn_once keys on the text)."""
+    if exc.rate_limit is not None:
+        resource, _reset, limit, window = exc.rate_limit
+        quota = " (%d requests per %d s)" % (limit, window) if limit is not None and window is not None else ""
+        return ("the Hub rate-limited the downloads (HTTP 429, its %r limit%s): waited as its RateLimit header "
+                "asked, without using the retries; rate_limit_wait_s says how long" % (resource, quota))
+    return ("the Hub answered HTTP 429 with Retry-After: waited as it asked, without using the retries; "
+            "rate_limit_wait_s says how long")
 
 
 def _update(job, data):

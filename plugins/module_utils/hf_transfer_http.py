@@ -18,8 +18,10 @@ Authorization header; any other origin is a CDN and gets the request
 
 from __future__ import annotations
 
+import base64
 import http.client
 import os
+import re
 import socket
 import time
 import urllib.parse
@@ -31,6 +33,7 @@ __all__ = [
     "Connections",
     "origin_of",
     "parse_retry_after",
+    "parse_ratelimit",
     "open_stream",
     "get_json",
     "HUB_ORIGINS",
@@ -114,6 +117,10 @@ class HttpError(TransferError):
         if what:
             message = "%s: %s" % (what, message)
         retry_after = parse_retry_after(headers.get("Retry-After")) if status in (429, 503) else None
+        # the Hub's own limit first, as huggingface_hub does (utils/_http.py, _http_backoff_base)
+        self.rate_limit = parse_ratelimit(headers.get("RateLimit"), headers.get("RateLimit-Policy")) if status == 429 else None
+        if self.rate_limit is not None:
+            retry_after = self.rate_limit[1] + 1.0  # +1 s like huggingface_hub: t= is rounded down
         super().__init__(message, retryable=status in RETRYABLE_STATUS, retry_after=retry_after)
         self.server_message = detail
 
@@ -157,8 +164,49 @@ def parse_retry_after(value, now=None):
     return max(0.0, when.timestamp() - now)
 
 
+# huggingface_hub's patterns (utils/_http.py): RateLimit: "api";r=0;t=55 and
+# RateLimit-Policy: "fixed window";"api";q=500;w=300 (IETF draft-ietf-httpapi-ratelimit-headers-09)
+_RATELIMIT_RE = re.compile(r"\"(?P<resource>\w+)\"\s*;\s*r\s*=\s*(?P<r>\d+)\s*;\s*t\s*=\s*(?P<t>\d+)")
+_RATELIMIT_POLICY_RE = re.compile(r"q\s*=\s*(?P<q>\d+).*?w\s*=\s*(?P<w>\d+)")
+
+
+def parse_ratelimit(value, policy=None):
+    """(resource, seconds until reset, limit or None, window seconds or None) from the Hub's RateLimit
+    headers when the limit is exhausted (r=0); None otherwise (the headers ride on every answer)."""
+    match = _RATELIMIT_RE.search(value or "")
+    if match is None or int(match.group("r")) != 0:
+        return None
+    limit = window = None
+    policy_match = _RATELIMIT_POLICY_RE.search(policy or "")
+    if policy_match is not None:
+        limit, window = int(policy_match.group("q")), int(policy_match.group("w"))
+    return match.group("resource"), float(match.group("t")), limit, window
+
+
+class ProxyRefused(TransferError):
+    """The proxy answered 407: the credentials in the proxy URL are missing or wrong."""
+
+    retryable = False
+
+
+def proxy_display(proxy_url):
+    """The proxy URL without its user:password (for messages: never print the credentials)."""
+    p = urllib.parse.urlsplit(proxy_url if "://" in proxy_url else "http://" + proxy_url)
+    host = p.hostname or ""
+    return "%s://%s%s" % (p.scheme, "[%s]" % host if ":" in host else host, ":%d" % p.port if p.port else "")
+
+
+def _proxy_authorization(p):
+    """Basic credentials from the proxy URL's userinfo (percent-decoded, as curl and httpx read it)."""
+    if p.username is None:
+        return None
+    userinfo = "%s:%s" % (urllib.parse.unquote(p.username), urllib.parse.unquote(p.password or ""))
+    return "Basic " + base64.b64encode(userinfo.encode("utf-8")).decode("ascii")
+
+
 def _proxy_for(url):
-    """(host, port) of the proxy for ``url`` from the environment, honouring no_proxy; or None."""
+    """(host, port, Proxy-Authorization value or None, URL for messages) of the proxy for ``url``
+    from the environment, honouring no_proxy; or None."""
     parts = urllib.parse.urlsplit(url)
     if not any(k.lower().endswith("_proxy") for k in os.environ):
         return None
@@ -171,7 +219,7 @@ def _proxy_for(url):
     if urllib_request.proxy_bypass_environment(parts.hostname or "", proxies):
         return None
     p = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
-    return p.hostname, p.port or 8080
+    return p.hostname, p.port or 8080, _proxy_authorization(p), proxy_display(proxy)
 
 
 class Connections(object):
@@ -198,7 +246,8 @@ class Connections(object):
             if scheme == "https":
                 if proxy:
                     conn = http.client.HTTPSConnection(proxy[0], proxy[1], timeout=self.timeout, context=self._ssl_context())
-                    conn.set_tunnel(host, port)
+                    # the CONNECT carries the credentials; the tunnelled requests never do
+                    conn.set_tunnel(host, port, headers={"Proxy-Authorization": proxy[2]} if proxy[2] else None)
                 else:
                     conn = http.client.HTTPSConnection(host, port, timeout=self.timeout, context=self._ssl_context())
                 conn._ct200_absolute = False
@@ -206,6 +255,7 @@ class Connections(object):
                 if proxy:
                     conn = http.client.HTTPConnection(proxy[0], proxy[1], timeout=self.timeout)
                     conn._ct200_absolute = True
+                    conn._ct200_proxy_auth = proxy[2]  # a forward proxy reads it on every request
                 else:
                     conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
                     conn._ct200_absolute = False
@@ -249,6 +299,8 @@ def _send(conns, method, url, headers, on_socket=None):
             conn.putrequest(method, _request_target(conn, url), skip_accept_encoding=True)
             for key, value in headers.items():
                 conn.putheader(key, value)
+            if getattr(conn, "_ct200_proxy_auth", None):
+                conn.putheader("Proxy-Authorization", conn._ct200_proxy_auth)
             conn.endheaders()
             if on_socket is not None and conn.sock is not None:
                 on_socket(conn.sock)
@@ -261,8 +313,20 @@ def _send(conns, method, url, headers, on_socket=None):
             conns.drop(url)
             if isinstance(exc, socket.timeout):
                 raise TransferError("timed out waiting for %s" % _redact_url(url))
+            if " 407 " in str(exc):  # http.client's CONNECT failure: "Tunnel connection failed: 407 ..."
+                raise _proxy_refused(url)
             raise TransferError("request to %s failed: %s" % (_redact_url(url), exc))
     raise TransferError("request to %s failed" % _redact_url(url))  # pragma: no cover
+
+
+def _proxy_refused(url):
+    proxy = _proxy_for(url)
+    where = proxy[3] if proxy else "the proxy"
+    sent = "the credentials from the proxy URL were refused" if proxy and proxy[2] else "the proxy URL has no credentials"
+    return ProxyRefused(
+        "the proxy %s answered 407 Proxy Authentication Required for %s (%s): put the proxy's user and password "
+        "in the proxy URL (https_proxy/http_proxy=http://USER:PASSWORD@HOST:PORT, percent-encoded) and check them"
+        % (where, _redact_url(url), sent))
 
 
 def _drain(resp, limit=65536):
@@ -303,6 +367,9 @@ def open_stream(conns, url, headers, byte_range=None, allowed_origins=HUB_ORIGIN
         if 200 <= status < 300:
             return resp, current, status
         body = _drain(resp)
+        if status == 407 and getattr(conn, "_ct200_absolute", False):
+            conns.drop(current)
+            raise _proxy_refused(current)
         if resp.will_close:
             conns.drop(current)
         raise HttpError(status, current, _Headers(resp.getheaders()), body, what=what)

@@ -25,10 +25,13 @@ description:
     O(revision) such a re-run makes no network request at all; with a branch or tag it makes one small
     request to resolve the commit. Neither imports C(huggingface_hub.hf_api).
   - B(Resume and faults.) Partial files live in C(<local_dir>/.ct200/tmp/) with their byte ranges; a killed
-    run keeps every completed file and resumes partial ones by HTTP Range. 408, 429 (honouring
-    C(Retry-After)), 5xx and network errors are retried with exponential backoff; a transfer whose bytes stop
-    growing for O(stall_timeout) seconds is aborted and retried. Temp files no plan can use (ours, and
-    orphaned huggingface_hub C(*.incomplete) files) are removed.
+    run keeps every completed file and resumes partial ones by HTTP Range. 408, 5xx and network errors are
+    retried with exponential backoff; a transfer whose bytes stop growing for O(stall_timeout) seconds is
+    aborted and retried. A 429 waits as long as the Hub's C(RateLimit) header (or C(Retry-After)) says,
+    without using O(retries), up to 900 s per byte range in all. A signed CDN or Xet bridge URL that expired
+    (403 from the redirect target) is resolved again, at once and then with backoff, up to 8 times in a row,
+    and the file resumes by Range. Temp files no plan can use (ours, and orphaned huggingface_hub
+    C(*.incomplete) files) are removed.
   - B(Speed.) huggingface_hub resolves the revision, lists the tree, checks access and builds the headers;
     the bytes of each file are moved by a lean HTTP/1.1 client (C(readinto) into a 1 MiB buffer, hash in the
     same pass), several files and several byte ranges of big files at once. The LFS redirect to the CDN is
@@ -184,7 +187,12 @@ notes:
   - No symlink under O(local_dir) is followed; a symlink where a file belongs is replaced, one on the way to a
     file is refused.
   - Files are written as the user the module runs as, with mode 0644 (minus umask).
-  - Xet-backed repositories are downloaded over the Hub's plain HTTP resolve/CDN path.
+  - Xet-backed repositories are downloaded over the Hub's plain HTTP resolve/CDN path (cas-bridge), and verified
+    with the C(lfs.oid) sha256 the listing carries beside C(xetHash). A file listed with a C(xetHash) and no
+    C(lfs) cannot be verified here and is refused before any byte (C(xet_unverifiable)).
+  - A proxy from C(https_proxy)/C(http_proxy) (and C(no_proxy)) is used for the bytes like huggingface_hub uses
+    it for the metadata; C(USER:PASSWORD@) in the proxy URL is sent as C(Proxy-Authorization) Basic (on the
+    CONNECT for https, on each request for http) and never printed.
 seealso:
   - module: ct200.deploy.hf_gated_access
   - module: ct200.deploy.disk_space
@@ -283,9 +291,18 @@ retries:
   returned: when files were downloaded
   type: int
 retry_causes:
-  description: Retries by cause (for example C(http_503), C(http_429), C(stall), C(cut)).
+  description: Retries by cause (for example C(http_503), C(http_429), C(stall), C(cut), C(expired_url)).
   returned: when files were downloaded
   type: dict
+rate_limit_wait_s:
+  description: Seconds the byte ranges waited, summed over them, because the Hub answered 429 with C(RateLimit) or
+    C(Retry-After) (not counted in O(retries)).
+  returned: when files were downloaded
+  type: float
+reresolves:
+  description: Signed CDN or Xet bridge URLs found expired and resolved again (C(retry_causes.expired_url)).
+  returned: when files were downloaded
+  type: int
 stalls:
   description: Transfers aborted because no byte arrived for O(stall_timeout) seconds.
   returned: when files were downloaded
@@ -348,8 +365,9 @@ code:
   description:
     - On failure, the cause, for example C(disk_full) (before or during the download), C(no_token),
       C(not_requested), C(transfer_failed), C(busy) (another run holds the lock), C(bad_argument),
-      C(unsafe_path) (a listed path or a symlink under O(local_dir) that is refused) or C(bad_listing)
-      (a tree entry without a usable size or oid).
+      C(unsafe_path) (a listed path or a symlink under O(local_dir) that is refused), C(bad_listing)
+      (a tree entry without a usable size or oid), C(xet_unverifiable) (a selected file listed with a
+      C(xetHash) and no C(lfs) sha256) or C(proxy_auth) (the proxy answered 407).
   returned: failure
   type: str
 fix:
@@ -387,8 +405,10 @@ def build_options(module):
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     # credentials in an endpoint URL are secrets: masked in every output, invocation included
-    for secret in url_credentials(module.params["endpoint"]) + url_credentials(os.environ.get("HF_ENDPOINT")):
-        module.no_log_values.add(secret)
+    proxies = [os.environ.get(name) for name in ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")]
+    for url in [module.params["endpoint"], os.environ.get("HF_ENDPOINT")] + proxies:
+        for secret in url_credentials(url):
+            module.no_log_values.add(secret)  # a proxy's password too: masked wherever it might be echoed
     try:
         result = hf_transfer.run(build_options(module))
     except hf_transfer.DownloadError as exc:

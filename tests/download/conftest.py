@@ -39,3 +39,5 @@ def hub(dl_hub):
     dl_hub.clear_faults()
     dl_hub.clear_hostile()
     dl_hub.lfs_redirect = dl_hub.honour_range = True
+    dl_hub.cdn_expiry, dl_hub.redirect_cache = None, 0.0
+    dl_hub.xet = dl_hub.xet_without_lfs = False

@@ -3,17 +3,25 @@
 
 A fault rule (JSON object)::
 
-    {"kind": "5xx" | "429" | "cut" | "stall" | "corrupt",
+    {"kind": "5xx" | "429" | "ratelimit" | "cut" | "stall" | "corrupt",
      "path_glob": "/cdn/*",        # fnmatch on the URL path (no query); default "*"
      "methods": ["GET"],           # optional; default: any for 5xx/429, GET for body faults
      "count": 1,                   # requests it hits; -1 = forever; default 1
      "status": 503,                # 5xx only (500-599); default 503
      "retry_after": 1,             # 5xx/429: Retry-After seconds (429 default 1; 5xx none)
      "fraction": 0.5,              # cut/stall/corrupt: position in the response body (0..1)
-     "seconds": 5,                 # stall duration; default 5
-     "bytes": 16}                  # corrupt: number of bytes flipped (same size); default 16
+     "seconds": 5,                 # stall duration; ratelimit: window length; default 5
+     "bytes": 16,                  # corrupt: number of bytes flipped (same size); default 16
+     "resource": "resolvers",      # ratelimit: the limit's name in the headers; default "resolvers"
+     "limit": 3000}                # ratelimit: q= of RateLimit-Policy; default 3000
 
-``5xx``/``429`` answer before routing.  ``cut`` sends ``fraction`` of the body
+``ratelimit`` is the Hub's own rate limit: from the first matching request on, every matching
+request for ``seconds`` gets 429 with ``RateLimit: "<resource>";r=0;t=<seconds left>`` and
+``RateLimit-Policy: "fixed window";"<resource>";q=<limit>;w=<seconds>`` (the form
+huggingface_hub's ``parse_ratelimit_headers`` reads), and no ``Retry-After`` unless
+``retry_after`` is given; ``count`` bounds the 429s (default -1: the whole window).
+
+``5xx``/``429``/``ratelimit`` answer before routing.  ``cut`` sends ``fraction`` of the body
 (with the full Content-Length announced) and closes the connection; ``stall``
 sends ``fraction`` of the body, pauses ``seconds``, then sends the rest;
 ``corrupt`` sends the whole body with ``bytes`` bytes inverted at ``fraction``.
@@ -23,6 +31,7 @@ Body faults only hit responses that carry file bytes (``/cdn/...`` and direct
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -30,9 +39,10 @@ from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatch
 from typing import Any
 
-KINDS = ("5xx", "429", "cut", "stall", "corrupt")
+KINDS = ("5xx", "429", "ratelimit", "cut", "stall", "corrupt")
 BODY_KINDS = ("cut", "stall", "corrupt")
-_ALLOWED_KEYS = {"kind", "path_glob", "methods", "count", "status", "retry_after", "fraction", "seconds", "bytes"}
+_ALLOWED_KEYS = {"kind", "path_glob", "methods", "count", "status", "retry_after", "fraction", "seconds", "bytes",
+                 "resource", "limit"}
 
 REQUEST_KINDS = (
     "whoami", "model_info", "auth_check", "tree", "paths_info", "refs",
@@ -55,6 +65,9 @@ class FaultRule:
     fraction: float = 0.5
     seconds: float = 5.0
     bytes: int = 16
+    resource: str = "resolvers"
+    limit: int = 3000
+    window_end: float | None = None
     id: int = 0
     hits: int = 0
 
@@ -83,7 +96,7 @@ class FaultRule:
             if not isinstance(methods, list) or not all(isinstance(m, str) for m in methods):
                 raise FaultError(f"{where}: methods must be a list of HTTP methods such as ['GET']")
             rule.methods = tuple(m.upper() for m in methods)
-        count = data.get("count", 1)
+        count = data.get("count", -1 if kind == "ratelimit" else 1)
         if not isinstance(count, int) or isinstance(count, bool) or (count < 1 and count != -1):
             raise FaultError(f"{where}: count must be a positive integer or -1 (forever), got {count!r}")
         rule.count = count
@@ -92,16 +105,16 @@ class FaultRule:
             if not isinstance(status, int) or isinstance(status, bool) or not 500 <= status <= 599:
                 raise FaultError(f"{where}: status must be an integer 500-599 for kind 5xx, got {status!r}")
             rule.status = status
-        elif kind == "429":
+        elif kind in ("429", "ratelimit"):
             rule.status = 429
             if "status" in data and data["status"] != 429:
-                raise FaultError(f"{where}: status must be 429 (or omitted) for kind 429")
+                raise FaultError(f"{where}: status must be 429 (or omitted) for kind {kind}")
         elif "status" in data:
             raise FaultError(f"{where}: status only applies to kinds 5xx and 429")
         retry_after = data.get("retry_after", 1 if kind == "429" else None)
         if retry_after is not None:
-            if kind not in ("5xx", "429"):
-                raise FaultError(f"{where}: retry_after only applies to kinds 5xx and 429")
+            if kind not in ("5xx", "429", "ratelimit"):
+                raise FaultError(f"{where}: retry_after only applies to kinds 5xx, 429 and ratelimit")
             if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
                 raise FaultError(f"{where}: retry_after must be a non-negative integer (seconds)")
         rule.retry_after = retry_after
@@ -114,8 +127,8 @@ class FaultRule:
         seconds = data.get("seconds", 5)
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds <= 3600:
             raise FaultError(f"{where}: seconds must be a number between 0 and 3600, got {seconds!r}")
-        if "seconds" in data and kind != "stall":
-            raise FaultError(f"{where}: seconds only applies to kind stall")
+        if "seconds" in data and kind not in ("stall", "ratelimit"):
+            raise FaultError(f"{where}: seconds only applies to kinds stall and ratelimit")
         rule.seconds = float(seconds)
         nbytes = data.get("bytes", 16)
         if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 1:
@@ -123,11 +136,33 @@ class FaultRule:
         if "bytes" in data and kind != "corrupt":
             raise FaultError(f"{where}: bytes only applies to kind corrupt")
         rule.bytes = nbytes
+        rule._ratelimit_fields(data, where)
         return rule
+
+    def _ratelimit_fields(self, data: dict, where: str) -> None:
+        for key in ("resource", "limit"):
+            if key in data and self.kind != "ratelimit":
+                raise FaultError(f"{where}: {key} only applies to kind ratelimit")
+        resource = data.get("resource", "resolvers")
+        if not isinstance(resource, str) or not resource.isidentifier():
+            raise FaultError(f"{where}: resource must be a word such as 'resolvers' or 'api', got {resource!r}")
+        limit = data.get("limit", 3000)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise FaultError(f"{where}: limit must be a positive integer, got {limit!r}")
+        self.resource, self.limit = resource, limit
+
+    def ratelimit_headers(self, now: float | None = None) -> dict[str, str]:
+        """The Hub's RateLimit headers for a request refused inside this rule's window."""
+        now = time.monotonic() if now is None else now
+        left = max(0, math.ceil((self.window_end or now) - now))
+        return {"RateLimit": f'"{self.resource}";r=0;t={left}',
+                "RateLimit-Policy": f'"fixed window";"{self.resource}";q={self.limit};w={int(self.seconds)}'}
 
     def matches(self, method: str, path: str) -> bool:
         if self.count == 0:
             return False
+        if self.window_end is not None and time.monotonic() >= self.window_end:
+            return False  # the rate-limit window is over
         if self.methods and method.upper() not in self.methods:
             return False
         return fnmatch(path, self.path_glob)
@@ -179,6 +214,8 @@ class FaultSet:
                 if rule.kind in kinds and rule.matches(method, path):
                     if rule.count > 0:
                         rule.count -= 1
+                    if rule.kind == "ratelimit" and rule.window_end is None:
+                        rule.window_end = time.monotonic() + rule.seconds
                     rule.hits += 1
                     self.fired += 1
                     return rule

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,19 @@ class LocalHub:
         # and answer every Range request with the whole file (200).
         self.lfs_redirect = True
         self.honour_range = True
+        # Real-Hub behaviours (localhub.realhub), off by default: signed CDN URLs that expire
+        # after cdn_expiry seconds; /resolve replaying the same signed URL for redirect_cache
+        # seconds (an edge-cached 302); Xet listings (xetHash) and the cas-bridge origin; Xet
+        # entries without lfs.
+        self.cdn_expiry: float | None = None
+        self.redirect_cache = 0.0
+        self.xet = False
+        self.xet_without_lfs = False
+        self.url_secret = os.urandom(16)
+        self._redirects: dict[str, tuple[float, str]] = {}
+        self._xet_hashes: dict[str, str] = {}
+        self._bridge = None
+        self.bridge_port: int | None = None
         self.faults = FaultSet()
         self.stats_obj = Stats()
         self.stop_event = threading.Event()
@@ -164,6 +179,47 @@ class LocalHub:
     def blob(self, sha256: str) -> RepoFile | None:
         return self._by_sha256.get(sha256)
 
+    def xet_hash(self, f: RepoFile) -> str:
+        """The real Xet hash of ``f`` (computed once, with hf_xet)."""
+        from .realhub import xet_hash_of
+
+        with self._lock:
+            known = self._xet_hashes.get(f.sha256)
+        if known is None:
+            known = xet_hash_of(f.disk_path)
+            with self._lock:
+                self._xet_hashes[f.sha256] = known
+        return known
+
+    def blob_by_xet_hash(self, xet_hash: str) -> RepoFile | None:
+        with self._lock:
+            sha = next((s for s, x in self._xet_hashes.items() if x == xet_hash), None)
+        return self._by_sha256.get(sha) if sha else None
+
+    def lfs_location(self, repo: Repo, f: RepoFile) -> str:
+        """Where /resolve sends an LFS file: the CDN (signed when cdn_expiry is set) or, with xet,
+        the cas-bridge origin; the same URL again while redirect_cache lasts."""
+        from . import realhub
+
+        now = time.time()
+        key = f"{'xet' if self.xet else 'cdn'}:{f.sha256}"
+        with self._lock:
+            cached = self._redirects.get(key)
+        if cached is not None and now - cached[0] < self.redirect_cache:
+            return cached[1]
+        if self.xet:
+            path = realhub.bridge_path(_hexid(f"{repo.repo_type}:{repo.repo_id}"), self.xet_hash(f))
+            expiry = int(self.cdn_expiry) if self.cdn_expiry is not None else realhub.DEFAULT_BRIDGE_EXPIRY
+            location = f"{self.bridge_url}{path}?{realhub.bridge_query(self.url_secret, path, expiry, now)}"
+        else:
+            path = f"/cdn/{f.sha256}"
+            location = f"{self.cdn_url}{path}"
+            if self.cdn_expiry is not None:
+                location += "?" + realhub.cdn_query(self.url_secret, path, self.cdn_expiry, now)
+        with self._lock:
+            self._redirects[key] = (now, location)
+        return location
+
     def set_access(self, repo_id: str, persona: str, status: str | None, repo_type: str = "model") -> None:
         """Set ``persona``'s access-request status on a gated repo
         (``accepted``, ``pending``, ``rejected`` or ``None`` = never requested)."""
@@ -215,6 +271,13 @@ class LocalHub:
             raise RuntimeError("LocalHub is not started; call start() first")
         return f"http://{self.cdn_host}:{self.port}"
 
+    @property
+    def bridge_url(self) -> str:
+        """Origin imitating cas-bridge.xethub.hf.co: the CDN host on a second port (another origin)."""
+        if self.bridge_port is None:
+            raise RuntimeError("LocalHub is not started; call start() first")
+        return f"http://{self.cdn_host}:{self.bridge_port}"
+
     def start(self) -> "LocalHub":
         from .server import make_server
 
@@ -226,6 +289,10 @@ class LocalHub:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
                                         name=f"localhub:{self.port}", daemon=True)
         self._thread.start()
+        self._bridge = make_server(self, self.host, 0)
+        self.bridge_port = self._bridge.server_address[1]
+        threading.Thread(target=self._bridge.serve_forever, kwargs={"poll_interval": 0.2},
+                         name=f"localhub-bridge:{self.bridge_port}", daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -233,6 +300,11 @@ class LocalHub:
         if server is None:
             return
         self.stop_event.set()
+        bridge, self._bridge = self._bridge, None
+        if bridge is not None:
+            bridge.shutdown()
+            bridge.close_all_connections()
+            bridge.server_close()
         server.shutdown()
         server.close_all_connections()
         server.server_close()
@@ -392,8 +464,10 @@ class LocalHub:
 
     def file_entry(self, repo: Repo, f: RepoFile, masked: bool, expand: bool) -> dict:
         entry: dict[str, Any] = {"type": "file", "oid": f.oid, "size": f.size, "path": f.path}
-        if f.lfs:
+        if f.lfs and not (self.xet and self.xet_without_lfs):
             entry["lfs"] = {"oid": MASKED_OID if masked else f.sha256, "size": f.size, "pointerSize": f.pointer_size}
+        if f.lfs and self.xet:
+            entry["xetHash"] = MASKED_OID if masked else self.xet_hash(f)
         if expand:
             entry["lastCommit"] = {"id": repo.commit, "title": f"Upload {repo.repo_id}", "date": COMMIT_DATE}
             entry["securityFileStatus"] = {"status": "safe", "avScan": {"virusFound": False, "virusNames": None},

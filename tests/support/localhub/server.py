@@ -24,6 +24,7 @@ from .hostile import KINDS as HOSTILE_KINDS
 from .hostile import served_file as hostile_served_file
 from .hostile import tree_entries as hostile_tree_entries
 from .personas import PERSONAS
+from . import realhub
 from .repos import Repo
 
 PAGE_SIZE = 1000
@@ -32,6 +33,8 @@ API_KEYWORDS = {"revision", "tree", "paths-info", "auth-check", "refs", "resolve
 REPO_TYPE_PLURAL = {"models": "model", "datasets": "dataset"}
 _READ_CHUNK = 1 << 20
 _UNSAFE_HEADER_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+RATE_LIMITED = ("You have been rate-limited; you can retry this action in about 5 minutes. If you're a new user, "
+                "your limits will raise progressively over time.")
 
 
 def _truthy(value: str | None) -> bool:
@@ -142,11 +145,14 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         self.body = self._read_body()
         try:
             if self.kind != "admin":
-                rule = self.hub.faults.take(method, self.url_path, ("5xx", "429"))
+                rule = self.hub.faults.take(method, self.url_path, ("5xx", "429", "ratelimit"))
                 if rule is not None:
                     self.fault_name = rule.kind
                     headers = {"Retry-After": str(rule.retry_after)} if rule.retry_after is not None else {}
                     message = "Too Many Requests" if rule.status == 429 else "Service Unavailable (injected fault)"
+                    if rule.kind == "ratelimit":
+                        headers.update(rule.ratelimit_headers())
+                        message = RATE_LIMITED
                     raise HubError(rule.status, message, None, headers)
             self._route()
         except HubError as err:
@@ -178,7 +184,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     def _classify(method: str, path: str) -> str:
         if path.startswith("/_admin/"):
             return "admin"
-        if path.startswith("/cdn/"):
+        if path.startswith(("/cdn/", realhub.BRIDGE_PREFIX)):
             return "cdn_head" if method == "HEAD" else "cdn_get"
         if path == "/api/whoami-v2":
             return "whoami"
@@ -227,7 +233,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if self.kind == "admin":
             return self._admin(path, method)
         if self.kind in ("cdn_get", "cdn_head"):
-            return self._cdn(path)
+            return self._bridge_file(path) if path.startswith(realhub.BRIDGE_PREFIX) else self._cdn(path)
         persona = self.hub.authenticate(self.headers.get("Authorization"))
         if persona is INVALID:
             raise HubError(401, INVALID_CREDENTIALS)
@@ -409,9 +415,10 @@ class HubRequestHandler(BaseHTTPRequestHandler):
                                                          "X-Linked-Etag": f'"{f.sha256}"',
                                                          "Content-Type": "application/octet-stream"})
         if f.lfs:
-            location = f"{self.hub.cdn_url}/cdn/{f.sha256}"
+            location = self.hub.lfs_location(repo, f)
             body = f"Found. Redirecting to {location}".encode()
-            return self._send(302, {**common, "Location": location, "X-Linked-Etag": f'"{f.sha256}"',
+            xet = {"X-Xet-Hash": self.hub.xet_hash(f)} if self.hub.xet else {}
+            return self._send(302, {**common, **xet, "Location": location, "X-Linked-Etag": f'"{f.sha256}"',
                                     "X-Linked-Size": str(f.size), "ETag": f'"{f.oid}"',
                                     "Content-Type": "text/plain; charset=utf-8"}, body)
         if not direct:
@@ -429,11 +436,28 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if self.method not in ("GET", "HEAD"):
             raise HubError(405, "Method not allowed")
         sha = path[len("/cdn/"):]
+        if self.hub.cdn_expiry is not None and realhub.cdn_denied(self.hub.url_secret, path, self.query):
+            return self._send(403, {"Content-Type": "application/xml", "Server": "CloudFront"}, realhub.CLOUDFRONT_DENIED)
         f = self.hub.blob(sha)
         if f is None:
             raise HubError(404, "NoSuchKey: The specified key does not exist.")
         headers = {"ETag": f'"{f.sha256}"', "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes",
                    "Cache-Control": "public, max-age=604800, immutable",
+                   "Content-Disposition": f"inline; filename*=UTF-8''{quote(f.path.rsplit('/', 1)[-1])}"}
+        self._send_file(f.disk_path, f.size, headers)
+
+    def _bridge_file(self, path: str) -> None:
+        """The cas-bridge imitation: bytes by Xet hash behind an S3-presigned, expiring URL."""
+        if self.method not in ("GET", "HEAD"):
+            raise HubError(405, "Method not allowed")
+        denied = realhub.bridge_denied(self.hub.url_secret, path, self.query)
+        if denied is not None:
+            return self._send(403, {"Content-Type": "application/xml"}, denied)
+        f = self.hub.blob_by_xet_hash(path.rsplit("/", 1)[-1])
+        if f is None:
+            return self._send(404, {"Content-Type": "application/xml"},
+                              b"<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>")
+        headers = {"ETag": f'"{f.sha256}"', "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes",
                    "Content-Disposition": f"inline; filename*=UTF-8''{quote(f.path.rsplit('/', 1)[-1])}"}
         self._send_file(f.disk_path, f.size, headers)
 
