@@ -4,6 +4,7 @@ the controller's Python and system dependencies with ranges only, ansible-builde
 an installed collection, and `ansible-builder create` (no image, offline) writes them into the
 build context."""
 
+import os
 import re
 import subprocess
 import sys
@@ -70,8 +71,13 @@ def installed(tmp_path_factory):
     _build(src, out)
     (tarball,) = out.glob("ct200-deploy-*.tar.gz")
     dest = tmp_path_factory.mktemp("collections")
+    # Not the checkout's ansible.cfg: its collections path already holds ct200.deploy (a symlink to
+    # the checkout), and ansible-galaxy would report "already installed" and install nothing.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(dest)
     proc = subprocess.run([GALAXY, "collection", "install", "--offline", str(tarball), "-p", str(dest)],
-                          capture_output=True, text=True, timeout=120, check=False)
+                          cwd=dest, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert (dest / "ansible_collections" / "ct200" / "deploy" / "meta" / "execution-environment.yml").is_file()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return tarball, dest
 
@@ -105,7 +111,7 @@ def test_builder_create_writes_a_context_naming_the_dependencies(installed, tmp_
     (tmp_path / "execution-environment.yml").write_text(yaml.safe_dump(definition))
     context = tmp_path / "context"
     proc = subprocess.run([BUILDER, "create", "-f", "execution-environment.yml", "--context", str(context),
-                           "--container-runtime", "podman"], cwd=tmp_path, capture_output=True, text=True,
+                           "--output-filename", "Containerfile"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     build = context / "_build"
