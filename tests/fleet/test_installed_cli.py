@@ -121,3 +121,20 @@ def test_fleet_commands_run_from_outside_the_checkout(ssh_fleet, operator, tmp_p
     # the playbooks ran from the installed collection, not from this checkout
     assert data["playbook"].startswith(str(operator["collections"]))
     assert os.listdir(operator["cwd"]) == [], "nothing left in the operator's directory"
+
+
+@pytest.mark.parametrize("name", ["deploy_kimi", "preflight", "verify_access", "rotate_hf_token", "promote_hf_token",
+                                  "token_drift"])
+def test_playbooks_run_by_fqcn_from_the_installed_collection(operator, name):
+    """`ansible-playbook ct200.deploy.<name>`: every import and role of the playbook resolves from the
+    installed collection alone (--list-tasks loads them all, and runs nothing)."""
+    inventory = operator["cwd"].parent / "inventory.yml"
+    inventory.write_text("ct200:\n  hosts:\n    h1:\n      ansible_connection: local\n")
+    env = _clean_env(ANSIBLE_COLLECTIONS_PATH=str(operator["collections"]))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "ct200.deploy.%s" % name, "-i", str(inventory),
+                           "--list-tasks"], cwd=operator["cwd"], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    installed = operator["collections"] / "ansible_collections" / "ct200" / "deploy" / "playbooks"
+    assert "playbook: %s/%s.yml" % (installed, name) in proc.stdout
+    assert "TAGS:" in proc.stdout
