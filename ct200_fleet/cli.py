@@ -25,7 +25,7 @@ import tempfile
 
 from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
 
-from ct200_fleet import REPO
+from ct200_fleet import COLLECTION
 from ct200_fleet.errors import CliError
 from ct200_fleet.progress import FleetProgress, table
 from ct200_fleet.secret import (read_token_file, read_token_stdin, refuse_token_in_any_variable,
@@ -33,12 +33,12 @@ from ct200_fleet.secret import (read_token_file, read_token_stdin, refuse_token_
 
 PACKAGE_PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks")
 PLAYBOOKS = {
-    "preflight": str(REPO / "playbooks" / "preflight.yml"),
-    "deploy": str(REPO / "playbooks" / "deploy_kimi.yml"),
-    "rotate-token": str(REPO / "playbooks" / "rotate_hf_token.yml"),
-    "drift": str(REPO / "playbooks" / "token_drift.yml"),
+    "preflight": COLLECTION.playbook("preflight.yml"),
+    "deploy": COLLECTION.playbook("deploy_kimi.yml"),
+    "rotate-token": COLLECTION.playbook("rotate_hf_token.yml"),
+    "drift": COLLECTION.playbook("token_drift.yml"),
     "status": os.path.join(PACKAGE_PLAYBOOKS, "status.yml"),
-    "promote-token": str(REPO / "playbooks" / "promote_hf_token.yml"),
+    "promote-token": COLLECTION.playbook("promote_hf_token.yml"),
 }
 # Extra var naming the JSON report a playbook writes on the controller (per-host verdicts).
 REPORT_VARS = {
@@ -179,8 +179,8 @@ def check_arguments(args) -> None:
     args.inventory = os.path.abspath(args.inventory)
     playbook = args.playbook or PLAYBOOKS[args.command]
     if not os.path.isfile(playbook):
-        raise CliError("playbook %s does not exist in this checkout: update the collection or give "
-                       "--playbook" % playbook)
+        raise CliError("playbook %s does not exist in the collection at %s: update the collection or give "
+                       "--playbook" % (playbook, COLLECTION.root))
 
 
 def write_json(path: str, data: dict) -> None:

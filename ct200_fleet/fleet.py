@@ -23,7 +23,7 @@ import sys
 
 import ansible_runner
 
-from ct200_fleet import REPO
+from ct200_fleet import COLLECTION
 from ct200_fleet.progress import FleetProgress, HostSummary
 
 # Every ct200 playbook targets this group.
@@ -56,13 +56,26 @@ class RunOutcome:
 def runner_envvars() -> dict:
     """Only settings, never secrets: these end up in artifacts/<id>/command with the rest of os.environ."""
     bindir = os.path.dirname(sys.executable)
-    return {
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+    env = {
         "ANSIBLE_DISPLAY_ARGS_TO_STDOUT": "False",
         "ANSIBLE_NOCOLOR": "1",
         # ansible-playbook from the same venv as this command, activated or not
         "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
     }
+    if COLLECTION.checkout:
+        env["ANSIBLE_CONFIG"] = str(COLLECTION.config)
+    else:
+        # the copy this command found first, whatever the operator's configuration lists after it
+        search = [str(COLLECTION.collections_dir)] + [
+            p for p in os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep) if p]
+        env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(dict.fromkeys(search))
+    return env
+
+
+def project_dir() -> str:
+    """ansible-playbook's working directory: the checkout (its ansible.cfg and relative paths), or,
+    installed, the operator's own directory, as for an ansible-playbook typed there."""
+    return str(COLLECTION.root) if COLLECTION.checkout else os.getcwd()
 
 
 def inventory_hosts(inventory: str, limit: str | None) -> list[str]:
@@ -71,7 +84,7 @@ def inventory_hosts(inventory: str, limit: str | None) -> list[str]:
             "-i", inventory] + (["--limit", limit] if limit else [])
     env = dict(os.environ, **runner_envvars())
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(REPO), timeout=300,
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=project_dir(), timeout=300,
                               check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
@@ -156,7 +169,7 @@ def run_playbook(playbook, *, inventory: str, private_data_dir: str, progress: F
                  tags: str | None = None) -> RunOutcome:
     result = ansible_runner.run(
         private_data_dir=private_data_dir,
-        project_dir=str(REPO),
+        project_dir=project_dir(),
         playbook=str(playbook),
         inventory=inventory,
         limit=limit,

@@ -26,11 +26,13 @@ if ((${#missing[@]})); then
 fi
 
 PYTHON=${CT200_PYTHON:-python3.11}
-venv_stamp=$(cat pyproject.toml | sha256sum | cut -c1-16)
+venv_stamp=$(cat pyproject.toml tests/support/pyproject.toml | sha256sum | cut -c1-16)
 if [[ ! -x .venv/bin/python || "$(cat .venv/.ct200-stamp 2>/dev/null)" != "$venv_stamp" ]]; then
   log "controller venv .venv ($($PYTHON --version))"
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+  # the test-only distribution (the local Hub): beside the product, never inside it
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e tests/support
   echo "$venv_stamp" > .venv/.ct200-stamp
 fi
 
@@ -39,6 +41,19 @@ if ! ls .cache/wheelhouse/huggingface_hub-2.4.*.whl >/dev/null 2>&1; then
   mkdir -p .cache/wheelhouse
   .venv/bin/python -m pip download -q --disable-pip-version-check --only-binary=:all: \
     -d .cache/wheelhouse 'huggingface_hub>=2.4.0,<2.5'
+fi
+
+# The product's own dependencies (pyproject's [project] dependencies), for a venv that holds the
+# ct200 command alone: tests/fleet/test_installed_cli.py installs it from here, with no index.
+deps=$(.venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
+cli_stamp=$(printf '%s' "$deps" | sha256sum | cut -c1-16)
+if [[ "$(cat .cache/cli-wheelhouse/.stamp 2>/dev/null)" != "$cli_stamp" ]]; then
+  log "wheelhouse for the installed-CLI test (the ct200 command in a venv of its own, offline)"
+  rm -rf .cache/cli-wheelhouse && mkdir -p .cache/cli-wheelhouse
+  mapfile -t dep_list <<<"$deps"
+  .venv/bin/python -m pip download -q --disable-pip-version-check --only-binary=:all: -d .cache/cli-wheelhouse \
+    "${dep_list[@]}" 'setuptools>=68' wheel
+  echo "$cli_stamp" > .cache/cli-wheelhouse/.stamp
 fi
 
 log "sandbox root filesystem"

@@ -74,14 +74,17 @@ def test_test_infrastructure_is_in_tests_support(tracked):
     assert missing == []
 
 
-def test_localhub_stays_importable_from_its_new_place():
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    setuptools = project["tool"]["setuptools"]
-    package_dirs = setuptools.get("package-dir", {})
-    assert package_dirs.get("localhub") == SUPPORT + "localhub"
-    for package in setuptools["packages"]:
-        assert (REPO / package_dirs.get(package, package) / "__init__.py").is_file(), package
-    assert project["project"]["scripts"]["ct200-localhub"] == "localhub.server:main"
+def test_localhub_is_its_own_test_only_distribution():
+    """The product's distribution holds the fleet command only; the local Hub is a distribution of its
+    own under tests/support (ct200-testsupport), still importable as `localhub`."""
+    product = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert product["tool"]["setuptools"]["packages"] == ["ct200_fleet"]
+    assert "package-dir" not in product["tool"]["setuptools"]
+    assert set(product["project"]["scripts"]) == {"ct200"}
+    support = tomllib.loads((REPO / SUPPORT / "pyproject.toml").read_text())
+    assert support["tool"]["setuptools"]["packages"] == ["localhub"]
+    assert support["project"]["scripts"]["ct200-localhub"] == "localhub.server:main"
+    assert (REPO / SUPPORT / "localhub" / "__init__.py").is_file()
     import localhub
     assert Path(localhub.__file__).resolve() == REPO / SUPPORT / "localhub" / "__init__.py"
 
