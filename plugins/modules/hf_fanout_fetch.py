@@ -223,6 +223,13 @@ fallbacks:
   returned: mode=fetch
   type: list
   elements: dict
+file_times:
+  description:
+    - mode=fetch. Per fetched file, the source it came from (C(source)), and when (Unix time, seconds) its first
+      byte arrived (C(first_byte)) and it was verified and renamed into place (C(verified)). With the time the
+      source renamed the file, this gives the lag of each hop of the fan-out (benchmarks/fanout).
+  returned: mode=fetch
+  type: dict
 would_fetch:
   description: Check mode. Files that would be fetched.
   returned: check mode
