@@ -126,8 +126,9 @@ options:
     default: 4
   parallel_files:
     description:
-      - O(mode=fetch). Files in flight at once (taken in path order), so the per-file round trips of the
-        pipeline overlap.
+      - O(mode=fetch). Files in flight at once at most (taken in path order), so the per-file round trips of the
+        pipeline overlap. The next file starts only when those in flight have less than 1 MiB left, so files
+        complete one after another and this host's children can take each early.
     type: int
     default: 4
   lock_timeout:
