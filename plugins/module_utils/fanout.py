@@ -626,7 +626,8 @@ class Fetcher(object):
                         primary.down = True
                     elif verdict == "gave_up":
                         primary = None  # the workers wait (or not) per file from here on
-                self._wait_for_room(futures, stop)
+                if pf.size >= OVERLAP_BYTES:  # a small file (config, index) does not hold the link
+                    self._wait_for_room(futures, stop)
                 future = pool.submit(one, pf, confirmed)
                 future.pf = pf
                 futures.append(future)
