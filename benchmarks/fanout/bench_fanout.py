@@ -11,6 +11,11 @@ The repository is small random shards so the 2 CPUs are not the limit.  In ONE r
 * ``star``:        the same with every host's parent the seed (k = N-1)          -> control ~2.8x
 * ``independent``: every host downloads from the Hub itself (hf_download)        -> control ~Nx
 
+``--quick`` runs single and fanout 3 times, alternating (each ratio under the same load), and
+reports the median ratio with the three values and the load averages.  ``hop_lag_s``: seconds
+from a source's rename of a file (the file's ctime) to the first byte of it at the host that took
+it from there (``file_times`` of hf_fanout_fetch).  ``--shape kimi``: 64 shards on 8 workers.
+
 Hub bytes come from the Hub's own counters (``/_admin/stats``: bytes the CDN and resolve
 endpoints sent).  Every file on every host is hashed against the Hub's oid after each run.
 Never fails on time; prints ratios and, with ``--json FILE``, writes them.
@@ -199,8 +204,9 @@ def parse_args(argv):
     ap.add_argument("--tag", default="bench", help="namespace names fo-TAG-* (1-6 letters/digits)")
     ap.add_argument("--note", default="", help="free text stored in the JSON (e.g. the load that ran)")
     ap.add_argument("--nice", type=int, default=0,
-                    help="niceness of the whole site (modules, nginx, Hub inherit it), e.g. -10 on a machine shared "
-                         "with other jobs: real hosts have their CPUs to themselves; recorded in the JSON")
+                    help="niceness of the whole site (modules, nginx, Hub inherit it); recorded in the JSON. Measured "
+                         "here: below 0 it made the fan-out slower, not faster (the kernel's packet work for the "
+                         "shaped links runs at 0)")
     args = ap.parse_args(argv)
     quick_shards, full_shards, workers = SHAPES[args.shape]
     args.shards = args.shards or (quick_shards if args.quick else full_shards)

@@ -644,7 +644,7 @@ class Fetcher(object):
     def _wait_for_room(self, futures, stop):
         """Until the files in flight have less than OVERLAP_BYTES left (files complete one after another)."""
         while not stop.is_set() and self._left_in_flight(futures) >= OVERLAP_BYTES:
-            self.sleep(min(self.poll, 0.02))
+            self.sleep(self.poll)
 
     def _fetch_file(self, pf, manifest, engine_mod, confirmed=None):
         causes = []
