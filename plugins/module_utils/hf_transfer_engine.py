@@ -11,10 +11,15 @@ Model:
   described by ``<key>.state`` (JSON: path, oid, size and the byte segments
   with how far each got).  The state is persisted every ~2 s and on exit, so a
   SIGKILLed run resumes every partial file by Range where it stopped;
-* a file is split into segments; while fewer than half of ``max_workers``
-  files are in flight, idle workers split the largest remaining segment
-  (>= 2 x ``split_min``), so one big file and the tail of a big repo keep the
-  connections busy, while a many-file repo runs whole files;
+* files are fetched in the order given (path order, the order the site fan-out's
+  children ask for them), each cut into up to ``max_workers`` equal byte ranges of
+  at least ``split_min`` bytes, queued file after file: the workers share the first
+  file(s), so files complete one after another from the start instead of all
+  together near the end (a fan-out child can take a file only once its parent has
+  verified it: whole files on every connection made the tree wait a wave of files
+  per hop).  While fewer than half of ``max_workers`` files are in flight, idle
+  workers split the largest remaining segment (>= 2 x ``split_min``), so the tail
+  keeps the connections busy;
 * bytes are read with ``readinto`` into one 1 MiB buffer per worker, written
   with ``pwrite`` and hashed in the same pass when they are the next bytes of
   the file (the hashlib call releases the GIL); bytes written ahead of the hash
@@ -63,6 +68,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http impo
 BUF_SIZE = 1 << 20
 ALIGN = 4096  # O_DIRECT offset/length/address alignment (covers 512-byte devices too)
 DIRECT_MIN_SIZE = 16 << 20  # smaller files go through the page cache
+MIN_PIECE = 16 * ALIGN  # smallest range a file is cut into (64 KiB); split_min below this is raised to it
 TMP_DIR = "tmp"
 STATE_SAVE_INTERVAL = 2.0
 # Signed CDN / cas-bridge URLs expire (about an hour on the real Hub) and an edge may hand back a cached,
@@ -201,6 +207,8 @@ class FileJob(object):
         self.verify_failures = 0
         self.state_dirty = True
         self.started = False
+        self.first_byte_at = None  # wall clock (time.time()) when a response for it began: the fan-out's hop lag
+        self.done_at = None  # wall clock when it was renamed into place (verified)
 
     def reset_hashers(self):
         self.hash_pos = 0
@@ -261,6 +269,7 @@ class Stats(object):
         self.refetched = []  # paths re-fetched after a hash mismatch
         self.retry_causes = collections.Counter()
         self.downloaded = []
+        self.file_times = {}  # path -> (first byte, renamed into place), wall-clock seconds
 
 
 class Engine(object):
@@ -299,7 +308,7 @@ class Engine(object):
         self.verify = verify
         self.stall_timeout = float(stall_timeout)
         self.retries = int(retries)
-        self.split_min = max(BUF_SIZE, int(split_min))
+        self.split_min = max(MIN_PIECE, int(split_min))
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.fsync = fsync
@@ -338,7 +347,7 @@ class Engine(object):
             else:
                 for stale in (job.part, job.state_path):
                     safe_remove(stale, root=self.local_dir)
-                job.segments = [Segment(job, 0, job.size)] if job.size else []
+                job.segments = self._pieces(job)
             job.reset_hashers()
             for seg in job.segments:
                 if seg.pos < seg.end:
@@ -346,6 +355,19 @@ class Engine(object):
             self._open_jobs += 1
 
     # ------------------------------------------------------------- scheduling
+    def _pieces(self, job):
+        """``[0, size)`` as up to ``max_workers`` equal ranges of at least ``split_min`` bytes (page-aligned).
+
+        They are queued file after file, so idle workers take the next ranges of the first
+        unfinished file before they open another one: at most about ``max_workers / pieces + 1``
+        files are in flight and they complete in order."""
+        if not job.size:
+            return []
+        count = max(1, min(self.max_workers, job.size // self.split_min))
+        step = -(-job.size // count)
+        step += -step % ALIGN
+        return [Segment(job, start, min(start + step, job.size)) for start in range(0, job.size, step)]
+
     def _next_segment(self):
         with self.lock:
             while True:
@@ -607,6 +629,8 @@ class Engine(object):
             allowed_origins=self.allowed_origins,
             on_socket=on_socket,
         )
+        if job.first_byte_at is None:
+            job.first_byte_at = time.time()  # the response began: its first byte is here
         if job.location is None and final_url != job.url:
             job.location = final_url
             job.auth_on_location = token_may_follow(job.url, final_url, self.allowed_origins)
@@ -765,6 +789,8 @@ class Engine(object):
             self.stats.files_done += 1
             self.stats.bytes_files_done += job.size
             self.stats.downloaded.append(job.path)
+            job.done_at = time.time()
+            self.stats.file_times[job.path] = (job.first_byte_at or job.done_at, job.done_at)
             save = time.monotonic() - self._last_manifest_save >= self.manifest_save_interval
             self.lock.notify_all()
         if save:
@@ -800,14 +826,14 @@ class Engine(object):
             )
         with self.lock:
             job.location = None
-            job.segments = [Segment(job, 0, job.size)]
+            job.segments = self._pieces(job)
             job.reset_hashers()
             job.finalizing = False
             job.state_dirty = True
             job.fd = self._open_part(job)
             job.dfd = self._open_direct(job)
             job.direct_ok = job.dfd is not None
-            self.pending.append(job.segments[0])
+            self.pending.extendleft(reversed(job.segments))  # first again: the files after it wait for it
             self.lock.notify_all()
 
     def _save_manifest(self):
@@ -889,13 +915,13 @@ class Engine(object):
                 except FetchFailed as exc:
                     self._fail(exc)
             remaining = sum(s.remaining for s in self.pending)
-            busy_files = len(set(id(s.file) for s in self.pending))
-            n = min(self.max_workers, max(1, busy_files, remaining // self.split_min + 1))
-            for i in range(n):
+            n = min(self.max_workers, max(1, len(self.pending), remaining // self.split_min + 1))
+            for i in range(n - 1):
                 t = threading.Thread(target=self._worker, name="ct200-fetch-%d" % i)
                 t.daemon = True
                 t.start()
                 workers.append(t)
+            self._worker()  # the last one in this thread: a one-file fan-out run starts its request sooner
             for t in workers:
                 t.join()
         finally:

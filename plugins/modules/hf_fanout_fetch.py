@@ -126,8 +126,9 @@ options:
     default: 4
   parallel_files:
     description:
-      - O(mode=fetch). Files in flight at once (taken in path order), so the per-file round trips of the
-        pipeline overlap.
+      - O(mode=fetch). Files in flight at once at most (taken in path order), so the per-file round trips of the
+        pipeline overlap. The next file starts only when those in flight have less than 1 MiB left, so files
+        complete one after another and this host's children can take each early.
     type: int
     default: 4
   lock_timeout:
@@ -223,6 +224,13 @@ fallbacks:
   returned: mode=fetch
   type: list
   elements: dict
+file_times:
+  description:
+    - mode=fetch. Per fetched file, the source it came from (C(source)), and when (Unix time, seconds) its first
+      byte arrived (C(first_byte)) and it was verified and renamed into place (C(verified)). With the time the
+      source renamed the file, this gives the lag of each hop of the fan-out (benchmarks/fanout).
+  returned: mode=fetch
+  type: dict
 would_fetch:
   description: Check mode. Files that would be fetched.
   returned: check mode

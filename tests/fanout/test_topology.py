@@ -162,6 +162,43 @@ def test_a_dead_peer_is_reported_at_once():
     assert fanout.wait_for(probe, "http://p/m", "f", 1, 1000, 60, 1, clock=clock, sleep=clock.sleep) == "down"
 
 
+class CountingProbe(FakeProbe):
+    """FakeProbe that notes the clock at every HEAD."""
+
+    def __init__(self, clock, has, progress):
+        super().__init__(has, progress)
+        self.clock = clock
+        self.heads = []
+
+    def has(self, base, path, size):
+        self.heads.append(self.clock())
+        return super().has(base, path, size)
+
+
+def test_the_in_order_wait_polls_every_poll_seconds_while_the_source_moves():
+    """The next file in order is the one the source completes next: no backed-off poll (that cost
+    ~0.12 s a hop); a file waited for out of order is polled backed off, up to 0.25 s."""
+    moving = [("running", i, i, 0, "u") for i in range(100)]
+    clock = FakeClock()
+    probe = CountingProbe(clock, ["lacks"] * 60 + ["has"], moving)
+    assert fanout.wait_for(probe, "http://p/m", "f", 1, 100, 10, 0.05, clock=clock, sleep=clock.sleep,
+                           in_order=True) == "has"
+    gaps = [round(b - a, 6) for a, b in zip(probe.heads, probe.heads[1:])]
+    assert max(gaps) == 0.05 and clock.now == pytest.approx(3.0)
+    clock = FakeClock()
+    probe = CountingProbe(clock, ["lacks"] * 60 + ["has"], moving)
+    fanout.wait_for(probe, "http://p/m", "f", 1, 100, 10, 0.05, clock=clock, sleep=clock.sleep)
+    assert max(round(b - a, 6) for a, b in zip(probe.heads, probe.heads[1:])) == 0.25
+
+
+def test_the_in_order_wait_backs_off_while_the_source_publishes_no_progress():
+    """A seed still starting (no progress document yet) is not hammered by every child."""
+    clock = FakeClock()
+    probe = CountingProbe(clock, ["lacks"] * 30 + ["has"], [None])
+    fanout.wait_for(probe, "http://p/m", "f", 1, 100, 10, 0.05, clock=clock, sleep=clock.sleep, in_order=True)
+    assert max(round(b - a, 6) for a, b in zip(probe.heads, probe.heads[1:])) == 0.25
+
+
 @pytest.mark.parametrize("path,code", [
     ("model.safetensors.ct200tmp", "unsafe_path"),  # the atomic writer's temp suffix
     ("sub\\model.safetensors", "unsafe_path"),

@@ -1,0 +1,95 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A peer fetches in path order, one file after another (the next starts when the one before is
+almost done), over real HTTP from a parent that paces its answers: its own children can then take
+each file early instead of waiting for a batch of ``parallel_files`` that completes together."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import threading
+import time
+
+import pytest
+
+from ansible_collections.ct200.deploy.plugins.module_utils import fanout
+
+SIZE = 2 << 20  # more than fanout.OVERLAP_BYTES
+CHUNK = 64 << 10
+
+
+@pytest.fixture()
+def parent():
+    """A peer's file server: HEAD/GET of ``files``, CHUNK every 5 ms per response; no progress document.
+    ``served`` holds (path, began, ended) of every GET."""
+    files, served = {}, []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *_args):
+            pass
+
+        def _head(self):
+            path = self.path.split("/", 2)[-1]
+            if path not in files:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(files[path])))
+            self.end_headers()
+            return path
+
+        def do_HEAD(self):  # noqa: N802 (http.server's name)
+            self._head()
+
+        def do_GET(self):  # noqa: N802
+            path = self._head()
+            if path is None:
+                return
+            began = time.monotonic()
+            data = files[path]
+            for pos in range(0, len(data), CHUNK):
+                self.wfile.write(data[pos:pos + CHUNK])
+                time.sleep(0.005)
+            served.append((path, began, time.monotonic()))
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.files, server.served = files, served
+    server.base = "http://127.0.0.1:%d/model" % server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def most_at_once(spans):
+    events = sorted([(began, 1) for _p, began, _e in spans] + [(ended, -1) for _p, _b, ended in spans])
+    now = best = 0
+    for _when, step in events:
+        now += step
+        best = max(best, now)
+    return best
+
+
+def test_a_peer_fetches_one_file_after_another_in_path_order(tmp_path, parent):
+    listing = {}
+    for i in range(6):
+        path = "model-%05d-of-00006.safetensors" % (i + 1)
+        data = hashlib.sha256(path.encode()).digest() * (SIZE // 32)
+        parent.files[path] = data
+        listing[path] = {"size": len(data), "oid": hashlib.sha256(data).hexdigest(), "lfs": True}
+    source = fanout.Source("parent", "h1", parent.base, wait=True)
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing, [source], parallel_files=4, poll=0.01,
+                             peer_stall=10, stall_timeout=10)
+    result = fetcher.run()
+    assert result["files_fetched"] == 6 and result["bytes_by_kind"]["parent"] == 6 * SIZE
+    spans = sorted(parent.served, key=lambda span: span[1])
+    assert [p for p, _b, _e in spans] == sorted(listing), "not fetched in path order"
+    assert most_at_once(spans) <= 2, "files fetched side by side complete together: %s" % spans
+    verified = sorted(listing, key=lambda p: result["file_times"][p]["verified"])
+    assert verified == sorted(listing)
+    assert all(result["file_times"][p]["source"] == "h1" for p in listing)
