@@ -366,6 +366,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer  #
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import TokenError, resolve_token  # noqa: E402
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import ARGUMENT_SPEC  # noqa: E402
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub  # noqa: E402
 
 
 def build_options(module):
@@ -389,11 +390,16 @@ def main():
     # credentials in an endpoint URL are secrets: masked in every output, invocation included
     for secret in url_credentials(module.params["endpoint"]) + url_credentials(os.environ.get("HF_ENDPOINT")):
         module.no_log_values.add(secret)
+    secrets = []
     try:
-        result = hf_transfer.run(build_options(module))
+        opts = build_options(module)
+        secrets = hf_transfer.secrets_of(opts)
+        module.no_log_values.update(secrets)  # a token read from a file is masked like the token option
+        result = hf_transfer.run(opts)
     except hf_transfer.DownloadError as exc:
         msg = exc.message + (". Fix: " + exc.fix if exc.fix else "")
-        module.fail_json(msg=msg, code=exc.code, fix=exc.fix, **exc.details)
+        module.fail_json(**scrub(dict(msg=msg, code=exc.code, fix=exc.fix, **exc.details), secrets))
+    result = scrub(result, secrets)  # the one redaction: nothing an upstream echoed leaves the host
     warnings = result.pop("warnings", None) or []
     for warning in warnings:
         module.warn(warning)
