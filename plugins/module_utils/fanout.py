@@ -297,6 +297,8 @@ def _bounded_body(resp):
             break
         chunks.append(chunk)
         size += len(chunk)
+    if resp.length == 0:
+        resp.read()  # read1 leaves a fully read body open; this marks it complete (the connection stays usable)
     return b"".join(chunks)
 
 

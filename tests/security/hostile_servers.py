@@ -162,7 +162,7 @@ class _PeerHandler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_header("Content-Length", "100000")
         self.end_headers()
-        block = b"{" + b" " * 65534 + b"}"
+        block = b'{"pad": "' + b"x" * 65527  # 64 KiB that never closes: a cut document is not JSON
         try:
             while not owner.stopping.is_set():
                 if owner.mode == "trickle":
