@@ -20,7 +20,7 @@ import pytest
 from conftest import WEIGHTS
 from sec_helpers import run_module
 from ansible_collections.ct200.deploy.plugins import module_utils
-from ansible_collections.ct200.deploy.plugins.module_utils import fanout, hf_paths, hf_transfer, redact, sglang_spec
+from ansible_collections.ct200.deploy.plugins.module_utils import fanout, hf_paths, hf_transfer, sglang_spec
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_engine import FetchFailed, Stats
 
 SECRET = "s3cr" + "et-peer-userinfo-0a1b"
@@ -150,10 +150,14 @@ def test_the_cli_json_summary_goes_through_the_redaction(tmp_path):
     ('{"token": "plainsecret1"}', "plainsecret1"),
 ])
 def test_redact_removes_every_token_shape(text, gone):
+    from ansible_collections.ct200.deploy.plugins.module_utils import redact
+
     assert gone not in redact.redact(text)
 
 
 def test_redact_keeps_the_collection_s_own_words():
+    from ansible_collections.ct200.deploy.plugins.module_utils import redact
+
     text = ("hf_download failed; see https://huggingface.co/settings/tokens/new?canReadGatedRepos=true&tokenType="
             "fineGrained and the token (sha256:0123456789ab, from file:/root/.cache/huggingface/token)")
     assert redact.redact(text) == text
