@@ -16,10 +16,7 @@ import pytest
 from localhub import LocalHub
 
 from hostile_servers import HostileUpstream
-
-WEIGHTS = "sec/weights"
-WEIGHTS_FILES = {"config.json": {"model_type": "toy"}, "model-00001-of-00002.safetensors": "3MiB",
-                 "model-00002-of-00002.safetensors": "12MiB", "sub/adapter.bin": "1MiB"}
+from sec_helpers import WEIGHTS, WEIGHTS_FILES
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,9 @@ import sys
 import urllib.error
 import urllib.request
 
+WEIGHTS = "sec/weights"
+WEIGHTS_FILES = {"config.json": {"model_type": "toy"}, "model-00001-of-00002.safetensors": "3MiB",
+                 "model-00002-of-00002.safetensors": "12MiB", "sub/adapter.bin": "1MiB"}
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

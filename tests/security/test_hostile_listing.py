@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import WEIGHTS
-from sec_helpers import files_under, run_module
+from sec_helpers import WEIGHTS, files_under, run_module
 
 REPO = "sec/hostile"
 V1 = {"config.json": {"v": 1}, "model.safetensors": "2MiB", "sub/adapter.bin": "1MiB"}

@@ -17,8 +17,7 @@ import signal
 
 import pytest
 
-from conftest import WEIGHTS
-from sec_helpers import run_module
+from sec_helpers import WEIGHTS, run_module
 from ansible_collections.ct200.deploy.plugins import module_utils
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout, hf_paths, hf_transfer, sglang_spec
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_engine import FetchFailed, Stats

@@ -17,9 +17,8 @@ import stat
 
 import pytest
 
-from conftest import WEIGHTS, WEIGHTS_FILES
 from hostile_servers import MARKER, USERINFO_SECRET
-from sec_helpers import fetch, files_under, holding, run_module
+from sec_helpers import WEIGHTS, WEIGHTS_FILES, fetch, files_under, holding, run_module
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
 
 CODE_RE = re.compile(r"[a-z_]+\Z")
