@@ -35,6 +35,10 @@ description:
     followed without the C(Authorization) header, like huggingface_hub does.
   - B(Progress.) While running, a JSON progress file (bytes done/total, rate, ETA, files) is rewritten every
     second, for a poller such as the C(ct200.deploy.model_weights) role, which runs this module with C(async).
+    The C(ct200.deploy.weight_peer) role serves it to the site, so on failure it holds only the error code; the
+    redacted message is in C(<local_dir>/.ct200/error.json) (mode 0600, never served).
+  - B(Secrets.) Results, progress and error files go through one redaction (the token, C(Bearer ...), C(hf_...)
+    strings, URL credentials, signed query strings), whatever an upstream echoed.
 author: ct200-deploy developers (@ct200-deploy)
 requirements:
   - huggingface_hub >= 2.4, < 2.5 on the managed host (not imported on a no-op re-run)
