@@ -73,7 +73,7 @@ options:
     description:
       - O(mode=fetch). Every host of the site in inventory order, as C({name, url}) with C(url) the base URL
         of its weight_peer server for this repository (C(http://ADDR:PORT/NAME)). A URL with credentials
-        (C(user:password@)) is refused: a weight_peer server takes none.
+        (C(user:password@)) is refused, as a weight_peer server takes none.
     type: list
     elements: dict
   host:
