@@ -13,7 +13,7 @@
   - ``gzip``: the file's bytes (fetched from the Hub), gzip-compressed, with ``Content-Encoding: gzip``.
 * :class:`HostilePeer`: a weight_peer impostor whose progress document (``/_ct200/NAME/progress.json``) is
   ``huge`` (advertises 1 GiB and streams until the client goes), ``chunked`` (no length, endless chunks) or
-  ``trickle`` (one byte every 0.2 s); ``sent`` counts the body bytes it got into the socket.
+  ``trickle`` (a 1000-byte document, one byte every 0.2 s); ``sent`` counts the body bytes it got into the socket.
 """
 
 from __future__ import annotations
@@ -159,8 +159,8 @@ class _PeerHandler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(1 << 30))
         elif owner.mode == "chunked":
             self.send_header("Transfer-Encoding", "chunked")
-        else:
-            self.send_header("Content-Length", "100000")
+        else:  # trickle: a small document, so it is read, one byte every 0.2 s
+            self.send_header("Content-Length", "1000")
         self.end_headers()
         block = b'{"pad": "' + b"x" * 65527  # 64 KiB that never closes: a cut document is not JSON
         try:
