@@ -24,6 +24,7 @@ import sys
 import tempfile
 
 from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 from ct200_fleet import COLLECTION
 from ct200_fleet.errors import CliError
@@ -183,7 +184,9 @@ def check_arguments(args) -> None:
                        "--playbook" % (playbook, COLLECTION.root))
 
 
-def write_json(path: str, data: dict) -> None:
+def write_json(path: str, data: dict, secrets=()) -> None:
+    """The run's summary, through the one redaction (a host's result may quote what an upstream echoed)."""
+    data = scrub(data, secrets)
     atomic_write(os.path.abspath(path), json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o644)
 
 
@@ -287,7 +290,7 @@ def run_command(session: Session) -> int:
                 print("not promoted: the rotation did not succeed on every host; the inventory keeps its "
                       "current token", file=out)
     if args.json_file:
-        write_json(args.json_file, summary)
+        write_json(args.json_file, summary, [session.token] if session.token else [])
     if session.pdd.kept:
         print("runner private data dir: %s" % session.pdd.path, file=out)
     return EXIT_OK if summary["ok"] else EXIT_FAILED

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
+
 RESULT_EVENTS = {
     "runner_on_ok": "ok",
     "runner_on_failed": "failed",
@@ -86,7 +88,7 @@ class FleetProgress:
         return True  # keep runner's own job_events record
 
     def _print(self, line: str) -> None:
-        print(line, file=self.out, flush=True)
+        print(redact(line), file=self.out, flush=True)  # the one redaction, whatever a host's result quoted
 
     def _on_result(self, status: str, data: dict) -> None:
         name = data.get("host")

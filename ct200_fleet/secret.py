@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
+import sys
 import tempfile
 
 from ansible_collections.ct200.deploy.plugins.module_utils._io import (
@@ -73,10 +75,20 @@ def read_token_file(path: str) -> str:
     except OSError as exc:
         raise CliError("%s cannot be read (%s): check its permissions" % (source, exc.strerror)) from None
     with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode & 0o777
         raw = handle.read(MAX_TOKEN_BYTES + 1)
     if len(raw) > MAX_TOKEN_BYTES:
         raise CliError("%s is larger than %d bytes: it should hold only the token" % (source, MAX_TOKEN_BYTES))
-    return validated_token(raw, source)
+    token = validated_token(raw, source)
+    if mode & 0o044:
+        warn("%s is readable by %s (mode %04o): every user of this machine who can read it holds the token; "
+             "chmod 600 %s (or pipe the token in with --token-stdin)"
+             % (source, "every user" if mode & 0o004 else "its group", mode, shlex.quote(path)))
+    return token
+
+
+def warn(text: str, stream=None) -> None:
+    print("ct200: warning: %s" % text, file=stream or sys.stderr)
 
 
 def read_token_stdin(stream) -> str:

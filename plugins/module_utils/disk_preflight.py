@@ -125,7 +125,7 @@ def format_headroom(n):
     return text.replace(".0 ", " ")
 
 
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)(i?)([bB]?)\s*$")
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]?)(i?)([bB]?)\s*\Z")
 
 
 def parse_size(value):

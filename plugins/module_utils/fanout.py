@@ -36,18 +36,20 @@ PRIVATE to the ct200.deploy collection.
 from __future__ import annotations
 
 import concurrent.futures
-import errno
 import hashlib
 import http.client
 import json
+import math
 import os
+import socket
 import threading
 import time
 import urllib.parse
 
 from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
 from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
-from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import repo_path_problem, tree_entry_problem
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import (
+    redact_url, repo_path_problem, tree_entry_problem, tree_shape_problem)
 
 STATUS_PREFIX = "/_ct200/"
 PROGRESS_NAME = "progress.json"
@@ -220,21 +222,48 @@ def validate_listing(files):
             raise FanoutError("the handed listing entry for %s is malformed: %s" % (path, why), code="bad_listing",
                               fix=fix)
         clean[path] = {"size": info["size"], "oid": info["oid"], "lfs": bool(info.get("lfs"))}
+    why = tree_shape_problem(clean)
+    if why:
+        raise FanoutError("the handed listing cannot be written: %s" % why, code="bad_listing", fix=fix)
     return clean
+
+
+def check_timeouts(**seconds):
+    """Each of ``seconds`` ({option name: value}) a finite number >= 0; FanoutError naming the first that is not."""
+    for name, value in sorted(seconds.items()):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise FanoutError("%s must be a finite number of seconds >= 0, got %r" % (name, value), code="bad_argument",
+                              fix="set %s to 0 or more seconds (0: do not wait)" % name)
 
 
 # ---------------------------------------------------------------- peer probes
 def _split(url):
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise FanoutError("peer URL %r is not an http:// URL" % url, fix="use http://HOST:PORT/NAME")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except (ValueError, TypeError, AttributeError):
+        raise FanoutError("peer URL %r is not a URL" % redact_url(url), code="bad_argument",
+                          fix="use http://HOST:PORT/NAME") from None
+    if "@" in parts.netloc:
+        raise FanoutError("peer URL %s carries credentials (user:password@): a weight_peer server takes none, so "
+                          "they would never be sent, only echoed in logs and runner artifacts" % redact_url(url),
+                          code="bad_argument", fix="remove the user:password@ part: use http://HOST:PORT/NAME")
+    if parts.scheme != "http" or not parts.hostname or port == 0:
+        raise FanoutError("peer URL %r is not an http:// URL" % redact_url(url), code="bad_argument",
+                          fix="use http://HOST:PORT/NAME")
     return parts
 
 
 _KEPT = threading.local()  # one kept-alive connection per thread and peer: polls cost no handshake
 
 
+STATUS_BODY_MAX = 64 << 10  # a progress document is ~1 KiB; a peer's body is never read past this
+
+
 def _request(url, method, timeout):
+    """(status, Content-Length, body of at most STATUS_BODY_MAX bytes) of one request to a peer, within
+    ``timeout`` seconds in all: a peer that trickles headers or a body, or advertises or streams more than
+    the bound, gets its connection closed (never drained); a kept-alive connection is reused otherwise."""
     parts = _split(url)
     key = (parts.hostname, parts.port or 80)
     conns = _KEPT.__dict__.setdefault("conns", {})
@@ -242,21 +271,51 @@ def _request(url, method, timeout):
         conn = conns.get(key)
         if conn is None:
             conn = conns[key] = http.client.HTTPConnection(key[0], key[1], timeout=timeout)
+        deadline = threading.Timer(timeout, _abort, [conn])  # one time box for the whole exchange
+        deadline.daemon = True
+        deadline.start()
         try:
             conn.request(method, parts.path or "/", headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"})
             resp = conn.getresponse()
-            body = resp.read(65536) if method == "GET" else b""
-            if method == "GET" and not resp.isclosed():
-                resp.read()  # drain: the connection stays usable
-            if resp.will_close:
+            body = _bounded_body(resp) if method == "GET" else resp.read()  # HEAD: http.client reads no body
+            if resp.will_close or not resp.isclosed():  # the rest of a body is never read: close instead
                 conns.pop(key).close()
             return resp.status, resp.getheader("Content-Length"), body
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException, ValueError):
             conns.pop(key, None)
             conn.close()
-            if attempt:
-                raise
+            if attempt or not deadline.is_alive():
+                raise OSError("no complete answer from %s within %g s" % (redact_url(url), timeout)) from None
+        finally:
+            deadline.cancel()
     raise OSError("unreachable")  # pragma: no cover
+
+
+def _bounded_body(resp):
+    """At most STATUS_BODY_MAX bytes of ``resp``'s body (a longer one is cut: the caller closes the connection)."""
+    length = resp.getheader("Content-Length")
+    if length is not None and length.strip().isdigit() and int(length) > STATUS_BODY_MAX:
+        return b""  # advertised too large: not read at all
+    chunks, size = [], 0
+    while size < STATUS_BODY_MAX:
+        chunk = resp.read1(STATUS_BODY_MAX - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if resp.length == 0:
+        resp.read()  # read1 leaves a fully read body open; this marks it complete (the connection stays usable)
+    return b"".join(chunks)
+
+
+def _abort(conn):
+    """The time box ran out: shut the socket down so the blocked read returns at once."""
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def file_url(base, path):
@@ -408,6 +467,7 @@ class Fetcher(object):
         self.repo_id = repo_id
         self.repo_type = repo_type
         self.commit = commit
+        check_timeouts(peer_wait_timeout=peer_wait, peer_stall_timeout=peer_stall)
         self.files = validate_listing(files)
         self.sources = list(sources)
         self.peer_wait = peer_wait
@@ -475,7 +535,13 @@ class Fetcher(object):
             by_kind[self.kind_of.get(name, "peer")] += count
         return by_kind
 
+    def secrets(self):
+        """The Hub token of a hub source: never written or printed."""
+        return [value.split(" ", 1)[-1] for source in self.sources for key, value in source.headers.items()
+                if key.lower() == "authorization"]
+
     def write_progress(self, state, error=None):
+        """The progress document (0644, served to the site by weight_peer): ``error`` is a code, never words."""
         doc = self.progress_doc(state, error)
         path = os.path.join(hf_manifest.state_dir(self.local_dir), PROGRESS_NAME)
         try:
@@ -570,7 +636,13 @@ class Fetcher(object):
             self._fetch_all(sorted(plan.to_fetch, key=lambda f: f.path), SharedManifest(manifest), engine_mod)
         except BaseException as exc:
             manifest.save()
-            self.write_progress("failed", error=getattr(exc, "message", None) or "%s: %s" % (type(exc).__name__, exc))
+            code = getattr(exc, "code", None) or "internal_error"
+            try:  # the words (redacted) for the owner only; the served progress file says the code
+                hf_transfer.record_error(self.local_dir, code, getattr(exc, "message", None) or "%s: %s" % (
+                    type(exc).__name__, exc), getattr(exc, "fix", ""), self.secrets())
+            except OSError:
+                pass
+            self.write_progress("failed", error=code)
             raise
         manifest.save()
         if plan.to_fetch:
@@ -731,9 +803,10 @@ class Fetcher(object):
 
 
 def _local_cause(exc):
-    """A fetch that failed on the local disk (full, or a symlink planted under local_dir)."""
+    """A fetch that failed on the local disk (full, read-only, too large, failing, or a symlink planted under
+    local_dir): no other source can help."""
     from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
+    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import is_local_write_error
 
     cause = getattr(exc, "cause", None)
-    return isinstance(cause, UnsafePathError) or (
-        isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT))
+    return isinstance(cause, UnsafePathError) or is_local_write_error(cause)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, asdict
 
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
+
 ACCESS_CODES = ("public", "granted", "no_token", "not_requested", "pending",
                 "token_lacks_gated_scope", "invalid_token", "not_found")
 OPERATIONAL_CODES = ("revision_not_found", "entry_not_found", "rate_limited", "server_error",
@@ -119,8 +121,16 @@ def access_fix(code: str, ctx: Context) -> str:
 
 
 def classify(exc: BaseException, ctx: Context | None = None) -> Verdict:
-    """Map an exception raised by huggingface_hub (or its HTTP stack) to a Verdict."""
-    ctx = ctx or Context()
+    """Map an exception raised by huggingface_hub (or its HTTP stack) to a Verdict.
+
+    The message quotes the server or the exception at times: it goes through the one redaction
+    (an upstream may echo the token, a signed URL or credentials in any error channel)."""
+    verdict = _verdict(exc, ctx or Context())
+    verdict.message = redact(verdict.message)
+    return verdict
+
+
+def _verdict(exc, ctx):
     names = _class_names(exc)
     resp = _response(exc)
     status = getattr(resp, "status_code", None)

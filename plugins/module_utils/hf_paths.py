@@ -25,13 +25,16 @@ import re
 import urllib.parse
 from pathlib import PureWindowsPath
 
+from ansible_collections.ct200.deploy.plugins.module_utils import redact as _redact
+
 STATE_DIR = ".ct200"
 HF_LOCAL_DIR = (".cache", "huggingface")
 TMP_SUFFIX = ".ct200tmp"  # _io.TMP_SUFFIX; kept here so the no-op path imports nothing else
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-SHA1_RE = re.compile(r"^[0-9a-f]{40}$")
-REPO_ID_RE = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b$")  # huggingface_hub's REPO_ID_REGEX
+SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+SHA1_RE = re.compile(r"^[0-9a-f]{40}\Z")
+REPO_ID_RE = re.compile(r"^(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b\Z")  # huggingface_hub's REPO_ID_REGEX, \Z: no final newline
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+NAME_MAX = 255  # bytes per path component on Linux filesystems (ext4, xfs, btrfs, tmpfs)
 
 
 def repo_path_problem(path):
@@ -49,6 +52,10 @@ def repo_path_problem(path):
         return "it has a '..' segment"
     if any(part in ("", ".") for part in parts):
         return "it has an empty or '.' segment"
+    long_part = next((part for part in parts if len(part.encode("utf-8")) > NAME_MAX), None)
+    if long_part is not None:
+        return ("its component %r... is %d bytes long; Linux filesystems allow at most %d bytes per name"
+                % (long_part[:40], len(long_part.encode("utf-8")), NAME_MAX))
     if any(PureWindowsPath(part).drive or PureWindowsPath(part).root for part in parts):
         return "it is a drive-relative or UNC path"
     if parts[0] == STATE_DIR:
@@ -57,6 +64,19 @@ def repo_path_problem(path):
         return "it is inside .cache/huggingface/, huggingface_hub's own metadata directory"
     if parts[-1].endswith(TMP_SUFFIX):
         return "its name ends in %s, the suffix of ct200.deploy's temp files" % TMP_SUFFIX
+    return None
+
+
+def tree_shape_problem(paths):
+    """Why a listing's ``paths`` cannot all be files at once (one is also a directory of another); None if fine."""
+    files = set(paths)
+    for path in sorted(files):
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            directory = "/".join(parts[:depth])
+            if directory in files:
+                return ("it lists %r as a file and also %r inside it, as if %r were a directory; a filesystem "
+                        "cannot hold both" % (directory, path, directory))
     return None
 
 
@@ -95,17 +115,8 @@ def repo_id_problem(repo_id):
 
 
 def redact_url(url):
-    """``url`` with any ``user:password@`` replaced by ``***@`` (safe to print)."""
-    if not isinstance(url, str):
-        return repr(url)
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urllib.parse.urlunsplit((parts.scheme, "***@" + host, parts.path, parts.query, parts.fragment))
+    """``url`` with any ``user:password@`` replaced by ``***@`` and a signed query masked (safe to print)."""
+    return _redact.redact_url(url, keep_query=True)
 
 
 def url_credentials(url):

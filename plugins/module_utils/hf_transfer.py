@@ -51,17 +51,21 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import (
     repo_id_problem,
     repo_path_problem,
     tree_entry_problem,
+    tree_shape_problem,
+    url_credentials,
 )
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 # hf_transfer_http (http.client, ssl, urllib.request) and hf_transfer_engine are
 # imported where they are used: a commit-pinned no-op re-run needs neither.
 
 DEFAULT_ENDPOINT = spec.DEFAULT_ENDPOINT
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
 REPO_TYPES = tuple(spec.REPO_TYPES)
 VERIFY_MODES = tuple(spec.VERIFY_CHOICES)
 USER_AGENT = "ct200-deploy/0.1.0 (hf_download)"
 PROGRESS_NAME = "progress.json"
+ERROR_NAME = "error.json"  # owner-only words of the last failure (the served progress file has its code)
 LOCK_NAME = "lock"
 HASH_BLOCK = 16 << 20  # big sequential reads; hashlib drops the GIL for updates this size
 LOCK_POLL = 0.1
@@ -316,6 +320,9 @@ def check_tree(opts, commit, tree_files, source="the Hub's tree listing"):
         if why:
             raise DownloadError("%s lists %r, but %s; nothing was written" % (where, path, why),
                                 code="bad_listing", fix=fix)
+    why = tree_shape_problem(tree_files)
+    if why:
+        raise DownloadError("%s cannot be written: %s; nothing was written" % (where, why), code="bad_listing", fix=fix)
 
 
 def hostile_fix(opts):
@@ -608,6 +615,10 @@ class Hub(object):
                     oid, size = item.blob_id, item.size
                 if isinstance(oid, str) and "*" in oid:
                     masked = True
+                if item.path in files:  # "last wins" would pick one of two oids; the handed listing refuses it too
+                    raise DownloadError(
+                        "%s: the Hub's tree listing names %r twice; nothing was written" % (what, item.path),
+                        code="bad_listing", fix=hostile_fix(self.opts))
                 files[item.path] = tree_entry(size, oid, lfs is not None)
                 if lfs is None and getattr(item, "xet_hash", None):
                     files[item.path]["xet_only"] = True  # refused by make_plan if selected
@@ -761,11 +772,13 @@ class ProgressWriter(object):
     def write(self, state, stats=None, error=None):
         """Replace the progress file atomically (through _io, never following a symlink).
 
+        The file is 0644 and weight_peer's nginx serves it to the site: ``error`` is a code (hf_errors'
+        vocabulary or a local one), never text an upstream could have put in it (record_error keeps that).
         When the disk is full the atomic replace cannot get a block for its temp file; the
         file is then rewritten in place, which reuses its own blocks, so a run that failed on
         ENOSPC still says ``failed``.
         """
-        data = self.snapshot(state, stats, error)
+        data = scrub(self.snapshot(state, stats, error), secrets_of(self.opts))
         body = json.dumps(data).encode("utf-8")
         root = self.opts.local_dir if _is_under(self.path, self.opts.local_dir) else None
         try:
@@ -780,6 +793,19 @@ class ProgressWriter(object):
             finally:
                 os.close(fd)
         return data
+
+
+def secrets_of(opts):
+    """What of ``opts`` must never be printed or written: the token and any URL credentials of the endpoint."""
+    return [s for s in [opts.token] + url_credentials(opts.endpoint) if s]
+
+
+def record_error(local_dir, code, message, fix="", secrets=()):
+    """The failure's words, redacted, in ``<local_dir>/.ct200/error.json``: 0600 (the owner only) and under a
+    dot path, which weight_peer's nginx never serves.  The progress file (0644, served) carries only ``code``."""
+    doc = scrub({"state": "failed", "code": code, "message": message, "fix": fix, "updated": time.time()}, secrets)
+    atomic_write(os.path.join(hf_manifest.state_dir(local_dir), ERROR_NAME), json.dumps(doc), mode=0o600,
+                 root=local_dir, create_dirs=True)
 
 
 def _is_under(path, root):
@@ -1013,9 +1039,36 @@ def run(opts, clock=time.monotonic):
             lock.release()
 
 
+# errno values an OSError of the engine's own writes (pwrite, open, rename under local_dir) carries: the
+# local disk, not the network (network errors reach the engine as TransferError, never as a bare OSError)
+LOCAL_WRITE_ERRNOS = frozenset([errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS, errno.EACCES,
+                                errno.EPERM, errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EMFILE,
+                                errno.ENFILE, errno.EEXIST, errno.ENOENT])
+_LOCAL_CAUSES = {
+    errno.EFBIG: ("the file is larger than this filesystem or the process's file size limit (ulimit -f) allows",
+                  "raise the file size limit of the user running the task (ulimit -f, LimitFSIZE=) or pick a local_dir "
+                  "on a filesystem that holds files this large, then re-run the task"),
+    errno.EIO: ("the disk reported an I/O error",
+                "check the disk's health (dmesg, smartctl) before re-running; verified files are kept"),
+    errno.EROFS: ("the filesystem is mounted read-only",
+                  "remount it read-write (or pick a writable local_dir), then re-run the task"),
+}
+
+
+def is_local_write_error(cause):
+    """An OSError from this host's disk (full, read-only, too large, failing, permissions), not the network."""
+    return isinstance(cause, OSError) and cause.errno in LOCAL_WRITE_ERRNOS
+
+
 def local_error(opts, exc, path=None, details=None):
-    """One DownloadError for an OSError on the local disk (disk full named as such)."""
+    """One DownloadError for an OSError on the local disk (disk full, read-only, file too large, I/O error
+    named as such)."""
     where = " while writing %s" % path if path else ""
+    if exc.errno in _LOCAL_CAUSES:
+        what, fix = _LOCAL_CAUSES[exc.errno]
+        return DownloadError("download of %s into %s stopped%s: %s (%s); verified files are kept, partial files "
+                             "resume" % (opts.repo_id, opts.local_dir, where, what, errno.errorcode[exc.errno]),
+                             code="local_error", fix=fix, details=details)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         what = "disk quota exceeded" if exc.errno == errno.EDQUOT else "the filesystem is full"
         try:
@@ -1178,10 +1231,11 @@ def _run_locked(opts, clock, started):
         stats = eng.run()
     except engine_mod.FetchFailed as exc:
         error = fetch_error(opts, exc, eng.stats)
-        _mark_failed(progress, eng.stats, error.message, warnings)
+        _mark_failed(progress, eng.stats, error.code, error.message, warnings, fix=error.fix)
         raise error
     except BaseException as exc:
-        _mark_failed(progress, eng.stats, "%s: %s" % (type(exc).__name__, exc), warnings)
+        _mark_failed(progress, eng.stats, "interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit))
+                     else "internal_error", "%s: %s" % (type(exc).__name__, exc), warnings)
         raise
     fetch_seconds = max(clock() - fetch_started, 1e-6)
     t_fetched = clock()
@@ -1241,18 +1295,23 @@ def disk_check(opts, plan, commit):
     return checks[0].as_dict()
 
 
-def _mark_failed(progress, stats, message, warnings):
-    """Record the failure in the progress file without masking the error that caused it."""
+def _mark_failed(progress, stats, code, message, warnings, fix=""):
+    """Record the failure without masking the error that caused it: its code in the progress file (which the
+    site may read), its words in the owner-only error file (record_error)."""
     try:
-        progress.write("failed", stats, error=message)
+        record_error(progress.opts.local_dir, code, message, fix, secrets_of(progress.opts))
     except Exception as exc:  # the original error is what the operator needs; this one is a footnote
+        warnings.append("could not record the failure in %s: %s" % (hf_manifest.state_dir(progress.opts.local_dir), exc))
+    try:
+        progress.write("failed", stats, error=code)
+    except Exception as exc:
         warnings.append("could not mark %s failed: %s" % (progress.path, exc))
 
 
 def fetch_error(opts, exc, stats):
     cause = getattr(exc, "cause", None)
     details = {"bytes_downloaded": stats.bytes_fetched, "files_downloaded": len(stats.downloaded), "path": exc.path}
-    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+    if is_local_write_error(cause):
         return local_error(opts, cause, path=exc.path, details=details)
     if isinstance(cause, UnsafePathError):
         return DownloadError("%s; nothing was written there" % cause, code="unsafe_path",

@@ -64,6 +64,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http impo
     origin_of,
     token_may_follow,
 )
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
 
 BUF_SIZE = 1 << 20
 ALIGN = 4096  # O_DIRECT offset/length/address alignment (covers 512-byte devices too)
@@ -635,6 +636,7 @@ class Engine(object):
             job.location = final_url
             job.auth_on_location = token_may_follow(job.url, final_url, self.allowed_origins)
         transfer.last_progress = time.monotonic()
+        _refuse_encoded(resp, conns, final_url)
         skip = 0
         if status == 206:
             crange = resp.getheader("Content-Range") or ""
@@ -949,6 +951,18 @@ def _rate_limit_note(exc):
                 "asked, without using the retries; rate_limit_wait_s says how long" % (resource, quota))
     return ("the Hub answered HTTP 429 with Retry-After: waited as it asked, without using the retries; "
             "rate_limit_wait_s says how long")
+
+
+def _refuse_encoded(resp, conns, url):
+    """The bytes must be the file itself (what the oid hashes): a body sent with a Content-Encoding other than
+    identity, asked for with ``Accept-Encoding: identity``, would fail the size or hash check without saying why."""
+    encoding = (resp.getheader("Content-Encoding") or "identity").strip().lower()
+    if encoding != "identity":
+        conns.drop(url)
+        raise TransferError(
+            "the server sent the file with Content-Encoding: %s although the request asked for identity (the "
+            "file's own bytes, which the Hub's oid hashes); a proxy or mirror in between compresses responses: "
+            "exempt the Hub and its CDN from compression there" % redact(encoding[:40]), retryable=False)
 
 
 def _update(job, data):

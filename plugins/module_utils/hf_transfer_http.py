@@ -26,6 +26,8 @@ import socket
 import time
 import urllib.parse
 
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact, redact_url
+
 __all__ = [
     "HttpError",
     "RangeIgnored",
@@ -106,8 +108,9 @@ class HttpError(TransferError):
         self.status = status
         self.url = url
         self.response = _ResponseInfo(status, headers, body_text, url)
-        code = headers.get("X-Error-Code")
-        detail = headers.get("X-Error-Message") or _short(body_text)
+        # whatever the server says is quoted only through the one redaction (an upstream may echo the token)
+        code = redact(_short(headers.get("X-Error-Code"), 80))
+        detail = redact(_short(headers.get("X-Error-Message")) or _short(body_text))
         message = "HTTP %d%s from %s%s" % (
             status,
             " " + code if code else "",
@@ -135,9 +138,8 @@ def _short(text, limit=300):
 
 
 def _redact_url(url):
-    """Drop the query string (signed CDN URLs carry credentials in it)."""
-    parts = urllib.parse.urlsplit(url)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+    """No userinfo and no query string (signed CDN URLs carry credentials in it): redact.redact_url."""
+    return redact_url(url)
 
 
 def parse_retry_after(value, now=None):

@@ -39,7 +39,7 @@ DEFAULT_REQUIREMENTS = {"driver": "580.65.06", "cuda": "13.0", "nvcc": "12.8"}
 GPU_QUERY = "index,name,memory.total,pci.bus_id,driver_version"
 CUDA_VERSION_RE = re.compile(r"CUDA Version\s*:\s*([0-9]+(?:\.[0-9]+)*)")
 NVCC_RE = re.compile(r"release ([0-9]+\.[0-9]+)")
-BDF_RE = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])$")
+BDF_RE = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\Z")
 
 
 def version_tuple(text: Optional[str]) -> Tuple[int, ...]:
@@ -78,7 +78,7 @@ def numa_nodes(sysfs_root: str) -> int:
         names = os.listdir(os.path.join(sysfs_root, "devices/system/node"))
     except OSError:
         return 0
-    return len([n for n in names if re.match(r"^node[0-9]+$", n)])
+    return len([n for n in names if re.match(r"^node[0-9]+\Z", n)])
 
 
 def _which(name: str) -> Optional[str]:

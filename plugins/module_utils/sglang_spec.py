@@ -171,16 +171,16 @@ MANAGED_ENV = {
     "CT200_SGLANG_NCCL_PORT": "nccl_port",
     "CT200_SGLANG_NUMA_NODE": "numa_node",
 }
-LIMIT_RE = re.compile(r"^(infinity|[0-9]+[KMGT]?)(:(infinity|[0-9]+[KMGT]?))?$")
+LIMIT_RE = re.compile(r"^(infinity|[0-9]+[KMGT]?)(:(infinity|[0-9]+[KMGT]?))?\Z")
 # Instance names: systemd instance-safe characters only; no path separators.
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\Z")
 # POSIX portable user/group names (useradd's default NAME_REGEX), at most 32 characters.
-POSIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]*[$]?$")
+POSIX_NAME_RE = re.compile(r"^[a-z_][a-z0-9_-]*[$]?\Z")
 POSIX_NAME_MAX = 32
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # Paths rendered unquoted into unit directives (EnvironmentFile=, the env file's PATH).
-PLAIN_PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]*$")
-HOST_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,253}$")
+PLAIN_PATH_RE = re.compile(r"^/[A-Za-z0-9_./@+-]*\Z")
+HOST_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,253}\Z")
 # GPUs on which some attention backends pass SGLang's gate but fail at run time.
 SM120_NAME_MARKERS = ("RTX PRO 6000", "RTX 5090", "RTX 5080", "RTX PRO 5000", "RTX PRO 4500", "RTX PRO 4000")
 SM120_BAD_MLA_BACKENDS = {

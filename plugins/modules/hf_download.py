@@ -38,6 +38,10 @@ description:
     followed without the C(Authorization) header, like huggingface_hub does.
   - B(Progress.) While running, a JSON progress file (bytes done/total, rate, ETA, files) is rewritten every
     second, for a poller such as the C(ct200.deploy.model_weights) role, which runs this module with C(async).
+    The C(ct200.deploy.weight_peer) role serves it to the site, so on failure it holds only the error code; the
+    redacted message is in C(<local_dir>/.ct200/error.json) (mode 0600, never served).
+  - B(Secrets.) Results, progress and error files go through one redaction (the token, C(Bearer ...), C(hf_...)
+    strings, URL credentials, signed query strings), whatever an upstream echoed.
 author: ct200-deploy developers (@ct200-deploy)
 requirements:
   - huggingface_hub >= 2.4, < 2.5 on the managed host (not imported on a no-op re-run)
@@ -387,6 +391,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer  #
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import TokenError, resolve_token  # noqa: E402
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import ARGUMENT_SPEC  # noqa: E402
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub  # noqa: E402
 
 
 def build_options(module):
@@ -412,11 +417,16 @@ def main():
     for url in [module.params["endpoint"], os.environ.get("HF_ENDPOINT")] + proxies:
         for secret in url_credentials(url):
             module.no_log_values.add(secret)  # a proxy's password too: masked wherever it might be echoed
+    secrets = []
     try:
-        result = hf_transfer.run(build_options(module))
+        opts = build_options(module)
+        secrets = hf_transfer.secrets_of(opts)
+        module.no_log_values.update(secrets)  # a token read from a file is masked like the token option
+        result = hf_transfer.run(opts)
     except hf_transfer.DownloadError as exc:
         msg = exc.message + (". Fix: " + exc.fix if exc.fix else "")
-        module.fail_json(msg=msg, code=exc.code, fix=exc.fix, **exc.details)
+        module.fail_json(**scrub(dict(msg=msg, code=exc.code, fix=exc.fix, **exc.details), secrets))
+    result = scrub(result, secrets)  # the one redaction: nothing an upstream echoed leaves the host
     warnings = result.pop("warnings", None) or []
     for warning in warnings:
         module.warn(warning)

@@ -72,7 +72,8 @@ options:
   peers:
     description:
       - O(mode=fetch). Every host of the site in inventory order, as C({name, url}) with C(url) the base URL
-        of its weight_peer server for this repository (C(http://ADDR:PORT/NAME)).
+        of its weight_peer server for this repository (C(http://ADDR:PORT/NAME)). A URL with credentials
+        (C(user:password@)) is refused, as a weight_peer server takes none.
     type: list
     elements: dict
   host:
@@ -103,13 +104,13 @@ options:
       - Hugging Face token for O(mode=list) and the Hub fallback. Never sent to a peer, logged or returned.
     type: str
   peer_wait_timeout:
-    description: O(mode=fetch). Longest wait, in seconds, for the parent or the seed to have one file.
+    description: O(mode=fetch). Longest wait, in seconds, for the parent or the seed to have one file (0 or more).
     type: float
     default: 3600
   peer_stall_timeout:
     description:
       - O(mode=fetch). A parent or seed that lacks a file and whose published progress has not changed for this
-        many seconds is given up for that file (the next source is tried).
+        many seconds is given up for that file (the next source is tried). 0 or more; a negative value is refused.
     type: float
     default: 60
   poll_interval:
@@ -246,6 +247,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils import fanout
 from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DownloadError
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 
 def _list(module):
@@ -311,9 +313,13 @@ def main():
         ),
         supports_check_mode=True,
     )
-    # credentials in an endpoint URL are secrets: masked in every output, invocation included
-    for secret in url_credentials(module.params["endpoint"]) + url_credentials(os.environ.get("HF_ENDPOINT")):
-        module.no_log_values.add(secret)
+    # credentials in an endpoint or peer URL are secrets: masked in every output, invocation included (a peer
+    # URL with credentials is refused, but its refusal must not echo them either)
+    peer_urls = [peer.get("url") for peer in module.params["peers"] or [] if isinstance(peer, dict)]
+    secrets = [module.params["token"]] if module.params["token"] else []
+    for url in [module.params["endpoint"], os.environ.get("HF_ENDPOINT")] + peer_urls:
+        secrets += url_credentials(url)
+    module.no_log_values.update(secrets)
     try:
         if module.params["mode"] == "list":
             result = _list(module)
@@ -321,11 +327,11 @@ def main():
             fetcher = _fetcher(module)
             result = fetcher.preview() if module.check_mode else fetcher.run()
     except (fanout.FanoutError, DownloadError) as exc:  # DownloadError: hf_download's checks, lock and disk verdicts
-        module.fail_json(msg=exc.message + (". Fix: " + exc.fix if exc.fix else ""), code=exc.code, fix=exc.fix,
-                         **exc.details)
+        module.fail_json(**scrub(dict(msg=exc.message + (". Fix: " + exc.fix if exc.fix else ""), code=exc.code,
+                                      fix=exc.fix, **exc.details), secrets))
     except UnsafePathError as exc:
-        module.fail_json(msg=str(exc), code="unsafe_path")
-    module.exit_json(**result)
+        module.fail_json(msg=scrub(str(exc), secrets), code="unsafe_path")
+    module.exit_json(**scrub(result, secrets))
 
 
 if __name__ == "__main__":
