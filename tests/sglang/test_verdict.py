@@ -153,3 +153,13 @@ def test_the_module_reports_a_failing_nvidia_smi(tmp_path):
     failed, result = run_module_process("sglang_gpu_release", {"unit": "sglang@kimi.service",
                                                                "nvidia_smi": fake_smi(tmp_path, "", 9)})
     assert failed and result["msg"].startswith("nvidia-smi failed (rc 9)")
+
+
+def test_ansible_doc_renders_the_filter():
+    import subprocess
+    import sys
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(os.path.dirname(os.path.dirname(HERE)), "ansible.cfg"))
+    doc = os.path.join(os.path.dirname(sys.executable), "ansible-doc")
+    proc = subprocess.run([doc, "-t", "filter", "ct200.deploy.sglang_readiness"], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0 and "avg_spec_accept_length" in proc.stdout, proc.stderr
