@@ -156,18 +156,23 @@ def plan(host, params: Dict[str, Any]) -> Dict[str, Any]:
     target, draft, dialect, resolved = _validate(host, spec)
     argv = specmod.render_argv(spec, dialect, resolved)
     numactl = host.which("numactl") if spec.numa_node is not None else None
+    boot = unit.detect_boot(host.which, [spec.unit_dir] + list(unit.SYSTEM_UNIT_PATH))
     try:
-        unit_text = unit.render_unit(spec, argv, numactl)
+        unit_text = unit.render_unit(spec, argv, numactl, boot)
         env_text = unit.render_env(spec, resolved.gpus, specmod.FIXED_ENV)
     except unit.UnitError as exc:
         raise DeployError(str(exc), argv=argv)
     warnings = list(resolved.warnings)
+    loader_text = unit.render_uvm_loader(boot)
     if spec.verify_unit:
         problems = _verify(host, spec, unit_text, warnings)
+        if loader_text and not problems:
+            problems = unit.verify_unit(host.run, unit.UVM_LOADER_UNIT, loader_text, host.which("systemd-analyze"))
         if problems:
             raise DeployError("systemd-analyze verify rejected the rendered unit: %s" % " | ".join(problems),
                               argv=argv, unit_content=unit_text)
     result = _result(spec, dialect, resolved, argv, unit_text, env_text, target, draft)
+    result["boot"] = _boot_result(spec, boot, loader_text)
     before = [(result["unit_path"], _on_disk(result["unit_path"], warnings), unit_text),
               (result["env_path"], _on_disk(result["env_path"], warnings), env_text)]
     result["changed"] = any(old != new for _path, old, new in before)
@@ -175,6 +180,19 @@ def plan(host, params: Dict[str, Any]) -> Dict[str, Any]:
         result["diff"] = _diff(before)
     result["warnings"] = warnings
     return result
+
+
+def _boot_result(spec: specmod.Spec, boot: unit.BootDeps, loader_text: Optional[str]) -> Dict[str, Any]:
+    """Host-wide boot files the role installs next to the instance (unit.py "Boot order")."""
+    out = boot.describe()
+    out.update({
+        "uvm_loader_path": os.path.join(spec.unit_dir, unit.UVM_LOADER_UNIT) if loader_text else None,
+        "uvm_loader_content": loader_text,
+        "modules_load_path": unit.MODULES_LOAD_PATH if boot.driver else None,
+        "modules_load_content": unit.modules_load_text() if boot.driver else None,
+        "requires_mounts_for": unit.mount_paths(spec),
+    })
+    return out
 
 
 def _result(spec, dialect, resolved, argv, unit_text, env_text, target, draft) -> Dict[str, Any]:
@@ -199,6 +217,7 @@ def _result(spec, dialect, resolved, argv, unit_text, env_text, target, draft) -
         "gpus": resolved.gpus,
         "gpu_memory_gib": resolved.gpu_memory_gib,
         "expected_server_info": specmod.expected_server_info(spec, resolved),
+        "min_accept_length": spec.min_accept_length,
         "target": target.summary() if target else None,
         "draft": draft.summary() if draft else None,
     }

@@ -38,6 +38,16 @@ DFLASH_DEFAULT_BLOCK = 16  # SGLang's default when the drafter config has none
 MAMBA_TRACK_INTERVAL = 256  # SGLang default mamba_track_interval (extra_buffer)
 NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=index,memory.total,name", "--format=csv,noheader,nounits"]
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+# TimeoutStopSec= default. On SIGTERM SGLang finishes every in-flight request with no limit of its own
+# (tokenizer_manager.py sigterm_watchdog), then allows 15 s for the scheduler's ShutdownReq and 60 s for
+# kill_process_tree. A long Kimi-K2.6 agent turn is a 32768-token answer; at the 21.1 ms TPOT measured at tp 8
+# on 8x RTX PRO 6000 over PCIe (SGLang's pcie_ipc_ar.py baseline, no drafter) that is 691 s, plus the 75 s of
+# shutdown = 766 s, rounded up to 900 s. The old 180 s SIGKILLed such a turn mid-drain, which is how GPU memory
+# stays held after a stop. Set stop_timeout for longer max_tokens or a slower host.
+STOP_TIMEOUT = 900
+# Readiness: a DFLASH/DDTree instance must accept more than this many tokens per verify step on average
+# (internal_states[0].avg_spec_accept_length after the warm-up); 1.0 is what a drafter that never hits gives.
+MIN_ACCEPT_LENGTH = 1.0
 
 SPECULATIVE_OPTIONS: Dict[str, Any] = {
     "algorithm": {"type": "str", "choices": ["none", "dflash", "ddtree"], "default": "none"},
@@ -102,7 +112,8 @@ ARGUMENT_SPEC: Dict[str, Any] = {
     "limit_nofile": {"type": "str", "default": "1048576"},
     "limit_memlock": {"type": "str", "default": "infinity"},
     "start_timeout": {"type": "int", "default": 2400},
-    "stop_timeout": {"type": "int", "default": 180},
+    "stop_timeout": {"type": "int", "default": STOP_TIMEOUT},
+    "min_accept_length": {"type": "float", "default": MIN_ACCEPT_LENGTH},
     "restart_sec": {"type": "int", "default": 30},
     "start_limit_burst": {"type": "int", "default": 3},
     "start_limit_interval": {"type": "int", "default": 600},
@@ -273,7 +284,8 @@ class Spec:
     limit_nofile: str = "1048576"
     limit_memlock: str = "infinity"
     start_timeout: int = 2400
-    stop_timeout: int = 180
+    stop_timeout: int = STOP_TIMEOUT
+    min_accept_length: float = MIN_ACCEPT_LENGTH
     restart_sec: int = 30
     start_limit_burst: int = 3
     start_limit_interval: int = 600
@@ -491,6 +503,9 @@ def _check_ranges(c: _Check) -> None:
             c.refuse("%s %s must be a positive number" % (label, getattr(s, label)))
     if s.restart_sec < 0:
         c.refuse("restart_sec %s must be >= 0" % s.restart_sec)
+    if not 1.0 <= s.min_accept_length <= 64.0:  # also refuses NaN
+        c.refuse("min_accept_length %s is outside [1, 64]; it is the average accepted tokens per verify step a "
+                 "drafter must exceed (1.0: it accepts anything at all)" % _fmt_num(s.min_accept_length))
     for label in ("max_running_requests", "cuda_graph_max_bs", "context_length"):
         value = getattr(s, label)
         if value is not None and value < 1:

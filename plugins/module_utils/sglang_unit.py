@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
@@ -42,6 +43,12 @@ STATE_DIR = "/var/lib/sglang"
 CACHE_DIR = "/var/cache/sglang"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READ_LIMIT = 1 << 20  # a unit or env file larger than this is not ours
+UVM_LOADER_UNIT = "ct200-nvidia-uvm.service"
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+MODULES_LOAD_PATH = "/etc/modules-load.d/ct200-nvidia-uvm.conf"
+# Where systemd looks for system units (systemd.unit(5) "Unit File Load Path"), the role's unit_dir first.
+SYSTEM_UNIT_PATH = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+                    "/lib/systemd/system", "/usr/lib/systemd/system")
 
 
 class UnitError(Exception):
@@ -64,6 +71,18 @@ def systemd_quote(arg: Any) -> str:
 
 def command_line(argv: Sequence[Any]) -> str:
     return " ".join(systemd_quote(a) for a in argv)
+
+
+def path_quote(path: Any) -> str:
+    """Quote one path for RequiresMountsFor= (double quotes; ``%`` specifiers escaped, ``$`` is literal there).
+
+    systemd splits that list with extract_first_word(EXTRACT_UNQUOTE): a backslash takes the next character
+    literally, so only backslash and double quote need one; then it expands specifiers.
+    """
+    text = str(path)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise UnitError("path %r contains a control character; systemd cannot carry it: rename the directory" % text)
+    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
 
 
 def env_quote(value: Any) -> str:
@@ -153,6 +172,92 @@ HARDENING = [
 ]
 
 
+# Boot order. The hardening above is why a reboot needs these: libcuda normally creates /dev/nvidia-uvm on demand
+# through the setuid nvidia-modprobe, which NoNewPrivileges=, RestrictSUIDSGID= and ProtectKernelModules= stop,
+# and systemd resolves DeviceAllow=char-nvidia-uvm from /proc/devices when it sets up the unit's cgroup, before
+# the first process (uvm's major is dynamic: 238 on a 580.159 driver). So after a boot in which no root CUDA
+# process ran first, cuInit fails, three restarts follow and the unit stays down (issue 15).
+# * Wants=/After= ct200-nvidia-uvm.service (rendered when nvidia-modprobe exists on the host): a root oneshot
+#   that runs ``nvidia-modprobe -u -c=0`` (loads nvidia_uvm, creates /dev/nvidia-uvm, -tools, nvidia0 and
+#   nvidiactl). It is a unit of its own, not an ``ExecStartPre=+`` of this one: by the time an ExecStartPre= ran,
+#   this unit's device list would already be fixed without uvm, and its mknod would meet DevicePolicy=closed.
+#   The role also installs /etc/modules-load.d/ct200-nvidia-uvm.conf (``nvidia-uvm``) where the driver is
+#   present, so systemd-modules-load loads the module in sysinit.target, before any service.
+# * Wants=/After= nvidia-persistenced.service when the host has that unit: the daemon (root) opens every GPU
+#   at boot, which creates /dev/nvidia1..N, and keeps them initialised; a TP rank's cuInit racing its
+#   start would pay or fail the initialisation of each GPU.
+# * RequiresMountsFor= the target, the drafter and the venv: a late or network mount (/models on NFS, a
+#   separate /opt) is waited for, instead of the three fast restarts (StartLimitBurst=) burning out before it
+#   appears.
+@dataclass
+class BootDeps(object):
+    """What the host offers for the boot order (detected by ``detect_boot``)."""
+
+    nvidia_modprobe: Optional[str] = None  # its path: the uvm loader unit runs it
+    persistenced: bool = False             # nvidia-persistenced.service exists
+    driver: bool = False                   # the NVIDIA kernel driver is installed (modules-load.d entry)
+
+    def units(self) -> List[str]:
+        """Units this instance wants and starts after (besides the network)."""
+        return ([UVM_LOADER_UNIT] if self.nvidia_modprobe else []) + ([PERSISTENCED_UNIT] if self.persistenced else [])
+
+    def describe(self) -> Dict[str, Any]:
+        return {"nvidia_modprobe": self.nvidia_modprobe, "persistenced": self.persistenced, "driver": self.driver,
+                "after": self.units()}
+
+
+def detect_boot(which: Callable[[str], Optional[str]], unit_dirs: Sequence[str] = SYSTEM_UNIT_PATH,
+                sys_module: str = "/sys/module/nvidia") -> BootDeps:
+    """The host's nvidia-modprobe, nvidia-persistenced unit and driver (nothing is run)."""
+    modprobe = which("nvidia-modprobe")
+    persistenced = any(os.path.isfile(os.path.join(d, PERSISTENCED_UNIT)) for d in unit_dirs)
+    return BootDeps(nvidia_modprobe=modprobe, persistenced=persistenced,
+                    driver=bool(modprobe) or os.path.isdir(sys_module))
+
+
+def render_uvm_loader(boot: BootDeps) -> Optional[str]:
+    """``ct200-nvidia-uvm.service`` text, or None when the host has no nvidia-modprobe (see the comment above)."""
+    if not boot.nvidia_modprobe:
+        return None
+    return "\n".join([
+        UNIT_HEADER,
+        "# Loads nvidia_uvm and creates /dev/nvidia-uvm as root before the sglang@ instances start (they want it):",
+        "# their hardening stops libcuda's on-demand setuid nvidia-modprobe.",
+        "",
+        "[Unit]",
+        "Description=NVIDIA UVM device for CUDA services (ct200.deploy.sglang_service)",
+        "After=systemd-modules-load.service",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+        "ExecStart=%s" % command_line([boot.nvidia_modprobe, "-u", "-c=0"]),
+        "",
+    ])
+
+
+def modules_load_text() -> str:
+    return "# Managed by Ansible (ct200.deploy.sglang_service): load nvidia_uvm at boot (sglang@ units).\nnvidia-uvm\n"
+
+
+def venv_dir(spec) -> str:
+    """The venv holding spec.python (VENV/bin/python)."""
+    return os.path.dirname(os.path.dirname(spec.python))
+
+
+def mount_paths(spec) -> List[str]:
+    """Paths the instance reads at start: target, drafter (when speculative) and the venv."""
+    paths = [spec.target]
+    if spec.draft and spec.algorithm != "none":
+        paths.append(spec.draft)
+    paths.append(venv_dir(spec))
+    out: List[str] = []
+    for path in paths:
+        if path and path not in out:
+            out.append(path)
+    return out
+
+
 def _numa(spec, argv: Sequence[str], numactl: Optional[str]) -> Tuple[List[str], List[str]]:
     """(ExecStart argv, extra [Service] lines) for the NUMA binding."""
     if spec.numa_node is None:
@@ -162,10 +267,11 @@ def _numa(spec, argv: Sequence[str], numactl: Optional[str]) -> Tuple[List[str],
     return list(argv), ["NUMAPolicy=bind", "NUMAMask=%d" % spec.numa_node, "CPUAffinity=numa"]
 
 
-def render_unit(spec, argv: Sequence[str], numactl: Optional[str] = None) -> str:
+def render_unit(spec, argv: Sequence[str], numactl: Optional[str] = None, boot: Optional[BootDeps] = None) -> str:
     """The unit text for ``sglang@NAME.service``."""
     exec_argv, numa_lines = _numa(spec, argv, numactl)
     group = spec.service_group or spec.service_user
+    order = " ".join(["network-online.target"] + (boot or BootDeps()).units())
     lines = [
         UNIT_HEADER,
         "# Instance %s of the sglang@ template name; model %s." % (spec.name, _comment(spec.target)),
@@ -173,8 +279,9 @@ def render_unit(spec, argv: Sequence[str], numactl: Optional[str] = None) -> str
         "[Unit]",
         "Description=SGLang %i (ct200.deploy.sglang_service)",
         "Documentation=https://docs.sglang.io/",
-        "After=network-online.target",
-        "Wants=network-online.target",
+        "After=%s" % order,
+        "Wants=%s" % order,
+        "RequiresMountsFor=%s" % " ".join(path_quote(p) for p in mount_paths(spec)),
         # A failed TP init can leak GPU memory: no retry storms.
         "StartLimitIntervalSec=%d" % spec.start_limit_interval,
         "StartLimitBurst=%d" % spec.start_limit_burst,
@@ -190,7 +297,10 @@ def render_unit(spec, argv: Sequence[str], numactl: Optional[str] = None) -> str
         "CacheDirectory=sglang",
         "ExecStart=%s" % command_line(exec_argv),
         "TimeoutStartSec=%d" % spec.start_timeout,
-        # SIGTERM to the launcher (it drives the scheduler shutdown), SIGKILL the rest.
+        # SIGTERM to the launcher (it drives the scheduler shutdown), SIGKILL the rest once TimeoutStopSec=
+        # runs out. SGLang drains in-flight requests with no limit of its own (sigterm_watchdog), so the
+        # default (sglang_spec.STOP_TIMEOUT, 900 s) covers a long agent turn; a SIGKILL mid-drain is how GPU
+        # memory stays held after a stop (the role checks that after every stop).
         "KillMode=mixed",
         "TimeoutStopSec=%d" % spec.stop_timeout,
         "Restart=on-failure",

@@ -281,9 +281,20 @@ options:
     type: int
     default: 2400
   stop_timeout:
-    description: C(TimeoutStopSec=) in seconds (SGLang drains without limit on SIGTERM).
+    description:
+      - C(TimeoutStopSec=) in seconds. SGLang drains in-flight requests without limit on SIGTERM; when this runs
+        out the rest is SIGKILLed mid-drain, which can leave GPU memory held (the role checks after every stop).
+      - The default 900 covers a 32768-token answer at 21.1 ms per token (Kimi-K2.6, tp 8 over PCIe) = 691 s, plus
+        SGLang's 75 s of shutdown. Raise it for longer answers or slower hosts.
     type: int
-    default: 180
+    default: 900
+  min_accept_length:
+    description:
+      - For O(speculative.algorithm=dflash) or C(ddtree), the role's readiness requires
+        C(internal_states[0].avg_spec_accept_length) in C(/server_info) to be above this after its warm-up requests
+        (the drafter accepts something). 1.0 is what a drafter that never hits gives; between 1 and 64.
+    type: float
+    default: 1.0
   restart_sec:
     description: C(RestartSec=) in seconds.
     type: int
@@ -503,6 +514,25 @@ gpu_memory_gib:
   description: Memory per GPU used by the fit check (given or detected).
   returned: when state is present
   type: float
+min_accept_length:
+  description: O(min_accept_length), for the role's readiness check of a speculative instance.
+  returned: when state is present
+  type: float
+  sample: 1.0
+boot:
+  description:
+    - Boot order of the unit (see the module_utils sglang_unit "Boot order" comment) and the host-wide files the role
+      installs for it; the unit C(Wants=)/C(After=) the units in C(after) and C(RequiresMountsFor=) the paths in
+      C(requires_mounts_for).
+    - C(uvm_loader_content) (a root oneshot running C(nvidia-modprobe -u -c=0), verified like the unit) when the host has
+      nvidia-modprobe; C(modules_load_content) (C(nvidia-uvm)) when the NVIDIA driver is installed; null otherwise.
+  returned: when state is present
+  type: dict
+  sample: {"nvidia_modprobe": "/usr/bin/nvidia-modprobe", "persistenced": true, "driver": true,
+           "after": ["ct200-nvidia-uvm.service", "nvidia-persistenced.service"],
+           "uvm_loader_path": "/etc/systemd/system/ct200-nvidia-uvm.service", "uvm_loader_content": "...",
+           "modules_load_path": "/etc/modules-load.d/ct200-nvidia-uvm.conf", "modules_load_content": "...",
+           "requires_mounts_for": ["/models/Kimi-K2.6", "/models/Kimi-K2.6-DFlash", "/opt/sglang/venv"]}
 expected_server_info:
   description: Fields C(/server_info) must report once the instance runs.
   returned: when state is present

@@ -66,6 +66,17 @@ ROLE_VARS = {
                                                       " after a start; null uses the instance's"
                                                       " O(sglang_service_instances[].start_timeout). Changes no file"
                                                       " on the host (the unit keeps its own C(TimeoutStartSec=))."]},
+    "sglang_service_warmup_requests": {"type": "int", "default": 3,
+                                       "description": ["Chat completions sent to a DFLASH/DDTree instance after the"
+                                                       " smoke completion; then /server_info's"
+                                                       " C(internal_states[0].avg_spec_accept_length) must exceed the"
+                                                       " instance's O(sglang_service_instances[].min_accept_length)."]},
+    "sglang_service_check_gpu_release": {"type": "bool", "default": True,
+                                         "description": ["After every stop, and before the start of an owed restart,"
+                                                         " fail when a process of the unit still holds GPU memory"
+                                                         " (ct200.deploy.sglang_gpu_release, nvidia-smi"
+                                                         " --query-compute-apps); skipped where nvidia-smi is"
+                                                         " missing."]},
 }
 
 

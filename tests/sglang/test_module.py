@@ -234,3 +234,36 @@ def test_nvidia_smi_failure_needs_gpu_memory_gib(host, mdir):
     failed, result = host.run(args(host, mdir, gpu_memory_gib=None), check_mode=True)
     assert failed and "gpu_memory_gib is not set and nvidia-smi found no GPU" in result["msg"]
     assert result["gpu_detection"].startswith("nvidia-smi failed (rc 9): NVIDIA-SMI has failed")
+
+
+def test_boot_order_follows_what_the_host_has(host, mdir, tmp_path):
+    """Issue 15 item 1: a host with nvidia-modprobe and nvidia-persistenced gets the uvm loader unit (verified
+    like the instance unit), the modules-load.d entry, and a unit ordered after both."""
+    failed, bare = host.run(args(host, mdir))
+    assert not failed and bare["boot"]["after"] == [] and bare["boot"]["uvm_loader_content"] is None
+    assert "After=network-online.target\n" in bare["unit_content"]
+    fakebin = tmp_path / "driver-bin"
+    fakebin.mkdir()
+    (fakebin / "nvidia-modprobe").write_text("#!/bin/sh\nexit 0\n")
+    (fakebin / "nvidia-modprobe").chmod(0o755)
+    os.makedirs(host.unit_dir)
+    with open(os.path.join(host.unit_dir, "nvidia-persistenced.service"), "w", encoding="utf-8") as handle:
+        handle.write("[Service]\nExecStart=/bin/true\n")
+    env = dict(host.environ, PATH=str(fakebin) + os.pathsep + host.environ["PATH"])
+    failed, result = run_module_process("sglang_service", args(host, mdir), env=env)
+    assert not failed, result.get("msg")
+    boot = result["boot"]
+    assert boot["after"] == ["ct200-nvidia-uvm.service", "nvidia-persistenced.service"]
+    assert boot["uvm_loader_path"] == os.path.join(host.unit_dir, "ct200-nvidia-uvm.service")
+    assert 'ExecStart="%s" "-u" "-c=0"' % (fakebin / "nvidia-modprobe") in boot["uvm_loader_content"]
+    assert boot["modules_load_path"] == "/etc/modules-load.d/ct200-nvidia-uvm.conf"
+    assert boot["requires_mounts_for"] == [mdir["kimi"], mdir["kimi_draft"], os.path.dirname(os.path.dirname(
+        sys.executable))]
+    assert ("After=network-online.target ct200-nvidia-uvm.service nvidia-persistenced.service\n"
+            in result["unit_content"])
+    assert result["min_accept_length"] == 1.0 and "TimeoutStopSec=900\n" in result["unit_content"]
+
+
+def test_min_accept_length_is_validated(host, mdir):
+    failed, result = host.run(args(host, mdir, min_accept_length=0.5))
+    assert failed and "min_accept_length 0.5 is outside [1, 64]" in result["msg"]

@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 
 from conftest import REPO, kimi_params, plan, real_dialect, require_parse_venv
+from ansible_collections.ct200.deploy.plugins.module_utils import sglang_verdict as verdict
 
 STANDIN = os.path.join(REPO, "tests", "support", "sglang_standin", "sglang_standin.py")
 
@@ -38,9 +39,9 @@ def call(url, body=None, key=None):
         return exc.code, json.loads(exc.read() or b"null")
 
 
-def start(python, argv, port):
+def start(python, argv, port, **knobs):
     """Start the stand-in and wait until /health_generate answers 200 (it needs no key)."""
-    env = dict(os.environ, CT200_STANDIN_LOAD_SECONDS="0", CT200_STANDIN_WARMUP_SECONDS="1")
+    env = dict(os.environ, CT200_STANDIN_LOAD_SECONDS="0", CT200_STANDIN_WARMUP_SECONDS="1", **knobs)
     proc = subprocess.Popen([python, STANDIN] + argv[3:], stderr=subprocess.PIPE, text=True, env=env)
     deadline, statuses = time.monotonic() + 300, []
     while time.monotonic() < deadline and proc.poll() is None:
@@ -128,3 +129,40 @@ def test_standin_answers_chat_completions_and_honours_the_api_key_file(mdir, tmp
         proc.terminate()
         err = proc.communicate(timeout=30)[1]
     assert key not in err
+
+
+def test_standin_reports_the_drafters_accept_length_and_the_verdict_reads_it(mdir):
+    """Issue 15 item 3 on the stand-in's real field names: internal_states[0].avg_spec_accept_length (absent
+    until the first verify step, as in SGLang), a planted low value, an answer only in reasoning_content."""
+    python = require_parse_venv("0.5.23")
+    port = free_port()
+    spec, resolved, argv = plan(kimi_params(mdir, port=port), real_dialect("0.5.23"))
+    proc, _statuses = start(python, argv, port, CT200_STANDIN_ANSWER="reasoning", CT200_STANDIN_ACCEPT_LENGTH="1.0")
+    base = "http://127.0.0.1:%d" % port
+    try:
+        before = call(base + "/server_info")[1]["internal_states"]
+        status, answer = call(base + "/v1/chat/completions", CHAT)
+        states = call(base + "/server_info")[1]["internal_states"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert "avg_spec_accept_length" not in before[0]
+    assert verdict.readiness(answer, before, "dflash", 1.0, 1)["msg"].startswith(
+        "/server_info internal_states[0] has no avg_spec_accept_length after 1 warm-up")
+    message = answer["choices"][0]["message"]
+    assert status == 200 and message["content"] is None and message["reasoning_content"].startswith("[sglang-standin")
+    assert states[0]["avg_spec_accept_length"] == 1.0
+    low = verdict.readiness(answer, states, "dflash", 1.0, 1)
+    assert not low["ok"] and low["msg"].startswith("the drafter accepts 1.00 tokens per verify step"), low
+    assert low["answer_field"] == "reasoning_content"
+    assert verdict.readiness(answer, states, "dflash", 0.5, 1)["ok"]
+
+
+def test_standin_refuses_to_start_without_the_uvm_device(mdir, tmp_path):
+    """The boot-order test's check: like cuInit, the stand-in fails while /dev/nvidia-uvm is absent."""
+    spec, resolved, argv = plan(kimi_params(mdir), real_dialect("0.5.23"))
+    device = tmp_path / "nvidia-uvm"
+    env = dict(os.environ, CT200_STANDIN_REQUIRE_DEVICES=str(device))
+    proc = subprocess.run([require_parse_venv("0.5.23"), STANDIN] + argv[3:], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
+    assert proc.returncode == 1 and "CUDA init failed: %s missing" % device in proc.stderr

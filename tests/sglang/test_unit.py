@@ -92,7 +92,7 @@ def test_kimi_unit_directives(mdir):
     text = unit.render_unit(spec, argv)
     assert systemd_split(directive(text, "ExecStart")) == argv
     expected = {"Type": "exec", "KillMode": "mixed", "Restart": "on-failure", "TimeoutStartSec": "2400",
-                "TimeoutStopSec": "180", "RestartSec": "30", "StartLimitBurst": "3", "StartLimitIntervalSec": "600",
+                "TimeoutStopSec": "900", "RestartSec": "30", "StartLimitBurst": "3", "StartLimitIntervalSec": "600",
                 "LimitNOFILE": "1048576", "LimitMEMLOCK": "infinity", "User": "sglang", "Group": "sglang",
                 "NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes",
                 "WantedBy": "multi-user.target"}
@@ -219,3 +219,91 @@ def test_read_existing_never_follows_a_symlink(tmp_path):
         unit.read_existing(str(tmp_path / "link"))
     assert unit.read_existing(str(tmp_path / "missing")) is None
     assert unit.read_existing(str(tmp_path / "real")) == "secret"
+
+
+def mounts_split(value):
+    """Reference reading of a RequiresMountsFor= value (systemd 252 config_parse_unit_requires_mounts_for):
+    extract_first_word(EXTRACT_UNQUOTE) -- quotes group, a backslash takes the next character literally -- then
+    specifier expansion ("%%" -> "%"). "$" is not special there."""
+    words, i, n = [], 0, len(value)
+    while i < n:
+        while i < n and value[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        word, quote = [], None
+        while i < n and (quote or value[i] not in " \t"):
+            c = value[i]
+            if c in "\"'" and (quote is None or quote == c):
+                quote = None if quote == c else c
+            elif c == "\\":
+                i += 1
+                word.append(value[i])
+            elif c == "%":
+                assert value[i + 1] == "%", "unescaped %% in %r" % value
+                i += 1
+                word.append("%")
+            else:
+                word.append(c)
+            i += 1
+        assert quote is None, "unbalanced quote"
+        words.append("".join(word))
+    return words
+
+
+def test_boot_order_wants_the_uvm_loader_and_persistenced_when_the_host_has_them(mdir):
+    """Issue 15 item 1: after a reboot /dev/nvidia-uvm must exist before CUDA starts."""
+    spec, resolved, argv = plan(kimi_params(mdir), D23)
+    full = unit.render_unit(spec, argv, boot=unit.BootDeps("/usr/bin/nvidia-modprobe", True, True))
+    for key in ("After", "Wants"):
+        assert directive(full, key) == "network-online.target ct200-nvidia-uvm.service nvidia-persistenced.service"
+    bare = unit.render_unit(spec, argv, boot=unit.BootDeps())
+    assert directive(bare, "After") == directive(bare, "Wants") == "network-online.target"
+    assert "ExecStartPre" not in full  # the loader is a unit of its own (sglang_unit.py "Boot order")
+    for text in (full, bare):
+        assert mounts_split(directive(text, "RequiresMountsFor")) == [
+            spec.target, spec.draft, "/opt/sglang/venv"]
+
+
+def test_requires_mounts_for_carries_odd_paths(mdir, tmp_path):
+    import models
+    odd = models.kimi(tmp_path, "dir with spaces, it's \"quoted\" 100% $HOME \\x")
+    spec, resolved, argv = plan(kimi_params(mdir, target=odd), D23)
+    text = unit.render_unit(spec, argv)
+    assert mounts_split(directive(text, "RequiresMountsFor")) == [odd, spec.draft, "/opt/sglang/venv"]
+    with pytest.raises(unit.UnitError):
+        unit.path_quote("/a\nb")
+
+
+def test_uvm_loader_runs_nvidia_modprobe_as_a_root_oneshot():
+    assert unit.render_uvm_loader(unit.BootDeps()) is None
+    text = unit.render_uvm_loader(unit.BootDeps("/usr/bin/nvidia-modprobe", False, True))
+    assert systemd_split(directive(text, "ExecStart")) == ["/usr/bin/nvidia-modprobe", "-u", "-c=0"]
+    assert directive(text, "Type") == "oneshot" and directive(text, "RemainAfterExit") == "yes"
+    assert "User=" not in text and "NoNewPrivileges" not in text  # it needs root: it loads a module, mknods
+    assert unit.modules_load_text().splitlines()[-1] == "nvidia-uvm"
+
+
+def test_detect_boot_reads_the_host(tmp_path):
+    units, sysmod = tmp_path / "units", tmp_path / "sys-module-nvidia"
+    units.mkdir()
+    assert unit.detect_boot(lambda name: None, [str(units)], str(sysmod)) == unit.BootDeps(None, False, False)
+    (units / "nvidia-persistenced.service").write_text("[Service]\nExecStart=/bin/true\n")
+    sysmod.mkdir()
+    assert unit.detect_boot(lambda name: None, [str(units)], str(sysmod)) == unit.BootDeps(None, True, True)
+    found = unit.detect_boot({"nvidia-modprobe": "/usr/bin/nvidia-modprobe"}.get, [str(tmp_path)], str(units / "x"))
+    assert found == unit.BootDeps("/usr/bin/nvidia-modprobe", False, True)
+    assert found.units() == ["ct200-nvidia-uvm.service"]
+
+
+@needs_analyze
+def test_boot_units_pass_systemd_analyze_verify(mdir, tmp_path):
+    modprobe = tmp_path / "nvidia-modprobe"
+    modprobe.write_text("#!/bin/sh\nexit 0\n")
+    modprobe.chmod(0o755)
+    boot = unit.BootDeps(str(modprobe), True, True)
+    spec, resolved, argv = plan(kimi_params(mdir, python=sys.executable), D23)
+    assert unit.verify_unit(_run, spec.unit_name, unit.render_unit(spec, argv, boot=boot), ANALYZE) == []
+    assert unit.verify_unit(_run, unit.UVM_LOADER_UNIT, unit.render_uvm_loader(boot), ANALYZE) == []
+    score = unit.security_score(_run, spec.unit_name, unit.render_unit(spec, argv, boot=boot), ANALYZE)
+    assert score <= 4.5, score

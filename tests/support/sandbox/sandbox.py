@@ -381,10 +381,13 @@ def parse_bind(spec: str) -> dict:
     return {"src": os.path.realpath(src), "dst": os.path.normpath(dst), "mode": mode}
 
 
-def nspawn_argv(rootfs: str, name: str, binds: list[dict], plan: dict | None = None) -> list[str]:
-    argv = ["systemd-nspawn", "-D", rootfs, "--boot", "--register=no", "--keep-unit",
-            "--volatile=overlay", f"--machine={name}", f"--hostname={name}",
-            "--console=passive"]
+def nspawn_argv(rootfs: str, name: str, binds: list[dict], plan: dict | None = None,
+                persist_root: str | None = None) -> list[str]:
+    """persist_root: the host's own overlay of the rootfs (--persist), which outlives nspawn across a reboot;
+    otherwise nspawn keeps the writes in RAM (--volatile=overlay) and they go when it exits."""
+    storage = ["-D", persist_root] if persist_root else ["-D", rootfs, "--volatile=overlay"]
+    argv = ["systemd-nspawn", *storage, "--boot", "--register=no", "--keep-unit",
+            f"--machine={name}", f"--hostname={name}", "--console=passive"]
     for b in binds:
         flag = "--bind-ro" if b["mode"] == "ro" else "--bind"
         argv.append(f"{flag}={b['src']}:{b['dst']}")
@@ -393,6 +396,40 @@ def nspawn_argv(rootfs: str, name: str, binds: list[dict], plan: dict | None = N
         opts, init_args = nspawn_net_argv(plan, name)
         argv += opts
     return argv + init_args
+
+
+# ------------------------------------------------------------ persistence --
+# --persist: a host's writes go to an overlay of the rootfs whose upper layer is on disk
+# (<state dir>/persist/NAME), mounted here before nspawn starts and kept until 'down'. A reboot
+# inside the host ends nspawn (--keep-unit makes it exit 133, as systemd-nspawn@.service expects,
+# whose RestartForceExitStatus=133 starts it again); 'reboot' does that restart, and the host boots
+# from what it wrote before, like a disk.
+
+def persist_dir(state_path: Path, name: str) -> Path:
+    return state_path.parent / "persist" / state_path.stem / name
+
+
+def mount_persistent_root(rootfs: str, state_path: Path, name: str) -> str:
+    """Mount (once) and return the merged root of a --persist host."""
+    base = persist_dir(state_path, name)
+    upper, work, root = base / "upper", base / "work", base / "root"
+    for d in (upper, work, root):
+        d.mkdir(parents=True, exist_ok=True)
+    if not os.path.ismount(root):
+        run_cmd(["mount", "-t", "overlay", "overlay", "-o",
+                 f"lowerdir={rootfs},upperdir={upper},workdir={work}", str(root)])
+    return str(root)
+
+
+def remove_persistent_root(state_path: Path, name: str) -> list[str]:
+    base = persist_dir(state_path, name)
+    root = base / "root"
+    if os.path.ismount(root):
+        res = run_cmd(["umount", str(root)], check=False)
+        if res.returncode != 0:
+            return [f"{name}: cannot unmount {root}: {res.stderr.strip()}"]
+    shutil.rmtree(base, ignore_errors=True)
+    return []
 
 
 def spawn(name: str, argv: list[str], bases: list[Path], logfile: Path) -> int:
@@ -408,7 +445,7 @@ def spawn(name: str, argv: list[str], bases: list[Path], logfile: Path) -> int:
                 fh.write(me)
 
     logfile.parent.mkdir(parents=True, exist_ok=True)
-    with open(logfile, "wb") as out:
+    with open(logfile, "ab") as out:  # appended: a rebooted host's log keeps its earlier boots
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, close_fds=True,
                                 preexec_fn=enter_cgroup, env=HOST_ENV)
@@ -715,6 +752,8 @@ def down_state(state_path: Path, bases: list[Path]) -> list[str]:
                 pass
     for name, (pid, leader) in sorted(targets.items()):
         problems += stop_host(name, pid, bases, leader_pid=leader)
+        if not problems:
+            problems += remove_persistent_root(state_path, name)
     if not problems:  # namespaces go only once no host process is left in them
         problems += down_networks(state_path, state)
     if not problems:
@@ -811,7 +850,8 @@ def cmd_up(args) -> int:
 
     with state_lock(state_path):
         old = read_json(state_path)
-        wanted = {"names": names, "rootfs": rootfs, "binds": binds, "net_options": net_options}
+        wanted = {"names": names, "rootfs": rootfs, "binds": binds, "net_options": net_options,
+                  "persist": bool(args.persist)}
         if old and not args.recreate and {k: old.get(k) for k in wanted} == wanted and healthy(old):
             log(f"{len(names)} host(s) already running from {state_path}; nothing to do "
                 "(use --recreate for fresh hosts)")
@@ -843,7 +883,7 @@ def cmd_up(args) -> int:
         started = time.monotonic()
         state = {"version": STATE_VERSION, "state_file": str(state_path), "rootfs": rootfs,
                  "names": names, "binds": binds, "cgroups": [str(b) for b in bases],
-                 "net_options": net_options, "network": {"mode": "shared"},
+                 "net_options": net_options, "network": {"mode": "shared"}, "persist": bool(args.persist),
                  "status": "starting", "hosts": []}
         REGISTRY.mkdir(parents=True, exist_ok=True)
         plan = None
@@ -854,9 +894,12 @@ def cmd_up(args) -> int:
                 write_json(state_path, state)
             for index, name in enumerate(names, 1):
                 logfile = logdir / f"{name}.log"
-                pid = spawn(name, nspawn_argv(rootfs, name, binds, plan), bases, logfile)
+                if logfile.exists():
+                    logfile.unlink()
+                root = mount_persistent_root(rootfs, state_path, name) if args.persist else None
+                pid = spawn(name, nspawn_argv(rootfs, name, binds, plan, root), bases, logfile)
                 host = {"name": name, "index": index, "nspawn_pid": pid, "leader_pid": None,
-                        "log": str(logfile)}
+                        "log": str(logfile), "root": root}
                 if plan:
                     host.update(plan["hosts"][name])
                 state["hosts"].append(host)
@@ -1027,6 +1070,51 @@ def cmd_shape(args) -> int:
     return 0
 
 
+REBOOT_LINE = "is being rebooted"  # systemd-nspawn: "Container NAME is being rebooted."
+
+
+def cmd_reboot(args) -> int:
+    """'systemctl reboot' inside a --persist host, then start its nspawn again and wait until it runs."""
+    if os.geteuid() != 0:
+        raise SandboxError("must run as root", 2)
+    state_path = Path(args.state).resolve()
+    bases = cgroup_bases()
+    with state_lock(state_path):
+        state = read_json(state_path)
+        host = next((h for h in hosts_of(state) if h["name"] == args.host), None)
+        if host is None or not leader_is_systemd(host.get("leader_pid")):
+            raise SandboxError(f"host {args.host} is not running (see tests/support/sandbox/sandbox.sh status)", 3)
+        if not host.get("root"):
+            raise SandboxError(f"host {args.host} keeps its writes in RAM (--volatile=overlay): a reboot would lose "
+                               "them; bring the fleet up with 'up --persist'", 2)
+        started = time.monotonic()
+        logfile = Path(host["log"])
+        seen = logfile.stat().st_size if logfile.exists() else 0
+        in_host(host["leader_pid"], "systemctl", "reboot", "--no-block")
+        deadline = time.monotonic() + args.timeout
+        while is_our_nspawn(host["nspawn_pid"], host["name"]) or host_pids(host["name"], bases):
+            if time.monotonic() > deadline:
+                raise SandboxError(f"{args.host} did not shut down for the reboot in {args.timeout:.0f}s; log "
+                                   f"{logfile}:\n{tail(logfile)}")
+            time.sleep(0.2)
+        with open(logfile, "rb") as fh:
+            fh.seek(seen)
+            if REBOOT_LINE.encode() not in fh.read():
+                raise SandboxError(f"{args.host} powered off instead of rebooting; log {logfile}:\n{tail(logfile)}")
+        plan = state["network"] if state.get("network", {}).get("mode") == "netns" else None
+        argv = nspawn_argv(state["rootfs"], host["name"], state["binds"], plan, host["root"])
+        host.update(nspawn_pid=spawn(host["name"], argv, bases, logfile), leader_pid=None)
+        write_json(REGISTRY / f"{host['name']}.json", {"name": host["name"], "nspawn_pid": host["nspawn_pid"],
+                                                         "state_file": str(state_path)})
+        write_json(state_path, state)
+        wait_running(state, args.timeout)  # the other hosts run already; this one's new leader is recorded
+        if plan:
+            finish_hosts(plan, state, timeout=args.timeout)
+    log(f"{args.host} rebooted in {time.monotonic() - started:.1f}s")
+    print(json.dumps(host, indent=2))
+    return 0
+
+
 def cmd_exec(args) -> int:
     state = read_json(Path(args.state).resolve())
     host = next((h for h in hosts_of(state) if h["name"] == args.host), None)
@@ -1063,6 +1151,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--hub-netns", action="store_true",
                     help="a namespace for a Hub at .2 (API) and .3 (CDN), see 'status --json'")
     up.add_argument("--hub-rate", metavar="RATE", help="tc rate of the Hub link (implies --hub-netns)")
+    up.add_argument("--persist", action="store_true",
+                    help="keep each host's writes on disk (not in RAM), so that 'reboot' boots it with them")
+    rb = sub.add_parser("reboot", help="'systemctl reboot' in a --persist host; boot it again and wait")
+    rb.add_argument("host")
+    rb.add_argument("--state", default=default_state)
+    rb.add_argument("--timeout", type=float, default=float(os.environ.get("CT200_SANDBOX_TIMEOUT", "120")))
     down = sub.add_parser("down", help="power off the hosts and remove their cgroups")
     down.add_argument("--state", default=default_state)
     st = sub.add_parser("status", help="show hosts (exit 0 all running, 1 not, 3 none)")
@@ -1079,7 +1173,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return {"up": cmd_up, "down": cmd_down, "status": cmd_status, "shape": cmd_shape,
-                "exec": cmd_exec}[args.cmd](args)
+                "exec": cmd_exec, "reboot": cmd_reboot}[args.cmd](args)
     except SandboxError as exc:
         log(f"ERROR: {exc}")
         return exc.code

@@ -7,6 +7,8 @@
 #                           [--timeout SEC] [--recreate] [--keep-on-failure]
 #                           [--netns [--subnet 10.200.K.0/24] [--link-rate RATE]
 #                                    [--hub-netns] [--hub-rate RATE]]
+#                           [--persist]   (writes on disk, not in RAM: the host can reboot)
+#   tests/support/sandbox/sandbox.sh reboot HOST [--state FILE] [--timeout SEC]   (a --persist host)
 #   tests/support/sandbox/sandbox.sh down [--state FILE]
 #   tests/support/sandbox/sandbox.sh shape [--link-rate RATE] [--hub-rate RATE] [--state FILE]
 #   tests/support/sandbox/sandbox.sh status [--state FILE] [--json]

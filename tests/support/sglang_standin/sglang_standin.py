@@ -31,8 +31,20 @@ otherwise (SGLang 0.5.23 ``srt/utils/auth.py``). Like SGLang 0.5.23,
 ``/server_info`` reports every server arg, the key included, to an
 authenticated caller: never print that answer unfiltered.
 
+Drafter: for a speculative instance ``internal_states[0].avg_spec_accept_length``
+(SGLang 0.5.23 ``scheduler_components/internal_state.py``) is absent until the first
+completion ("verify step"), then reports CT200_STANDIN_ACCEPT_LENGTH (default 3.5; plant
+1.0 to test a drafter that accepts nothing); ``/generate`` reports the same
+``meta_info.spec_accept_length`` and ``spec_verify_ct``.
+
 Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
-weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1).
+weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1),
+CT200_STANDIN_ACCEPT_LENGTH (above), CT200_STANDIN_ANSWER (``content`` default;
+``reasoning``: the text in ``reasoning_content`` and ``content`` null, as Kimi's
+reasoning parser does with a short answer; ``empty``: neither),
+CT200_STANDIN_REQUIRE_DEVICES (colon-separated paths, e.g. ``/dev/nvidia-uvm``:
+the stand-in exits 1 at start while one is absent, as cuInit fails without the
+uvm device node -- the boot-order test's fake driver tree creates it).
 """
 
 import dataclasses
@@ -94,6 +106,22 @@ class StandIn(object):
         self.argv = argv
         self.ready_at = None
         self.started = time.time()
+        self.verify_steps = 0  # completions answered: each stands for the drafter's verify steps
+        self.lock = threading.Lock()
+
+    @property
+    def speculative(self):
+        return str(self.args.get("speculative_algorithm") or "").upper() not in ("", "NONE")
+
+    def answered(self):
+        with self.lock:
+            self.verify_steps += 1
+
+    def internal_state(self):
+        state = {"standin": True}
+        if self.speculative and self.verify_steps:
+            state["avg_spec_accept_length"] = float(os.environ.get("CT200_STANDIN_ACCEPT_LENGTH", "3.5"))
+        return state
 
     @property
     def served_name(self):
@@ -108,7 +136,7 @@ class StandIn(object):
             "version": self.version,
             "launch_command": " ".join(shlex.quote(a) for a in [sys.executable, "-m", "sglang.launch_server"]
                                        + self.argv),
-            "internal_states": [{"standin": True, "avg_spec_accept_length": None}],
+            "internal_states": [self.internal_state()],
             "startup_time": self.started,
         })
         return info
@@ -141,10 +169,13 @@ def chat_completion(standin, request):
     if model != standin.served_name:
         return 404, {"object": "error", "message": "The model `%s` does not exist." % model, "code": 404}
     text = "[sglang-standin: no model loaded; %d message(s) received]" % len(messages)
+    standin.answered()
+    mode = os.environ.get("CT200_STANDIN_ANSWER", "content")
+    content, reasoning = {"reasoning": (None, text), "empty": ("", None)}.get(mode, (text, None))
     return 200, {
         "id": "chatcmpl-standin-%d" % int(time.time() * 1000), "object": "chat.completion",
         "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "reasoning_content": None,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "reasoning_content": reasoning,
                                              "tool_calls": None},
                      "logprobs": None, "finish_reason": "stop", "matched_stop": None}],
         "usage": {"prompt_tokens": sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict)),
@@ -212,8 +243,11 @@ def make_handler(standin):
                 if not self._warm():
                     return self._send(503, {"error": "warming up (stand-in)"})
                 return self._send(*chat_completion(standin, request))
-            return self._send(200, {"text": "[sglang-standin: no model]", "meta_info": {
-                "standin": True, "completion_tokens": 0, "spec_verify_ct": 0}})
+            standin.answered()
+            meta = {"standin": True, "completion_tokens": 0, "spec_verify_ct": 0}
+            if standin.speculative:
+                meta.update(spec_verify_ct=1, spec_accept_length=standin.internal_state()["avg_spec_accept_length"])
+            return self._send(200, {"text": "[sglang-standin: no model]", "meta_info": meta})
 
     return Handler
 
@@ -222,6 +256,11 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s " + NAME + " %(message)s", stream=sys.stderr)
     LOG.info("SGLANG TEST STAND-IN (not SGLang, no model is loaded); parsing argv with SGLang's parser")
+    missing = [p for p in os.environ.get("CT200_STANDIN_REQUIRE_DEVICES", "").split(":") if p and not os.path.exists(p)]
+    if missing:  # checked first (SGLang's cuInit comes after parsing): the test pays no parse for it
+        LOG.error("CUDA init failed: %s missing (stand-in check: cuInit needs the uvm device node, which nothing "
+                  "created before this start)", ", ".join(missing))
+        return 1
     version, args = parse_with_sglang(argv)  # exits 2 with SGLang's message on a bad argv
     LOG.info("argv accepted by sglang %s's parser: speculative_algorithm=%s draft=%s num_draft_tokens=%s "
              "api_key=%s", version, args.get("speculative_algorithm"), args.get("speculative_draft_model_path"),

@@ -1,0 +1,18 @@
+# -*- coding: utf-8 -*-
+# Copyright: ct200-deploy developers
+# SPDX-License-Identifier: Apache-2.0
+"""Filters of the sglang_service role; the verdicts live in module_utils/sglang_verdict.py."""
+
+from __future__ import annotations
+
+from ansible_collections.ct200.deploy.plugins.module_utils.sglang_verdict import readiness
+
+
+def sglang_readiness(completion, internal_states=None, algorithm="none", floor=1.0, warmups=0):
+    """Verdict on the smoke completion and, for DFLASH/DDTree, the drafter's accept length."""
+    return readiness(completion, internal_states, algorithm, floor, warmups)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"sglang_readiness": sglang_readiness}
