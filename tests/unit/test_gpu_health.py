@@ -255,6 +255,13 @@ def test_a_cpu_standin_reports_gpu_checks_as_not_proven():
     assert [r["check"] for r in results if r["proven"]] == ["tmp_exec"]
 
 
+def test_real_nvrm_lines_without_an_xid_are_no_finding():
+    text = fixture("real-h200-dmesg-nvrm.txt")
+    assert "NVRM: loading NVIDIA UNIX Open Kernel Module" in text
+    assert gh.parse_xids(text) == []
+    assert gh._check_xids({"kernel_log": text, "kernel_log_source": "dmesg"}, {})["ok"]
+
+
 @pytest.mark.parametrize("line, bus, xid", [
     ("[ 8391.117002] h kernel: NVRM: Xid (PCI:0000:bd:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
      "the bus.", "0000:BD:00", 79),
