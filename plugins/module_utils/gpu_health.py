@@ -320,9 +320,9 @@ def gather(run: Runner, nvidia_smi: Optional[str], gpus: Sequence[Dict[str, Any]
         os.path.join(proc_root, "self/mountinfo")) or "")}
     if not nvidia_smi or not gpus:
         return facts
-    rc, out, err = run([nvidia_smi, "--query-gpu=" + HEALTH_QUERY, "--format=csv,noheader,nounits"])
+    rc, out, _err = run([nvidia_smi, "--query-gpu=" + HEALTH_QUERY, "--format=csv,noheader,nounits"])
     facts["query"] = parse_health_query(out) if rc == 0 else None
-    rc, out, err = run([nvidia_smi, "-q", "-d", "ROW_REMAPPER,ECC,PAGE_RETIREMENT"])
+    rc, out, _err = run([nvidia_smi, "-q", "-d", "ROW_REMAPPER,ECC,PAGE_RETIREMENT"])
     facts["memory"] = {bus: memory_health(sec) for bus, sec in parse_smi_q(out).items()} if rc == 0 else None
     rc, out, err = run([nvidia_smi, "topo", "-p2p", "r"])
     facts["p2p"] = parse_p2p(out) if rc == 0 else None
@@ -380,7 +380,7 @@ def check_boot(facts: Dict[str, Any], has_gpu: bool) -> List[Dict[str, Any]]:
     return out
 
 
-def _check_identity(facts: Dict[str, Any], query: List[Dict[str, Any]], want: Dict[str, Any]) -> List[Dict[str, Any]]:
+def _check_identity(query: List[Dict[str, Any]], want: Dict[str, Any]) -> List[Dict[str, Any]]:
     out = []
     caps = {int(r["index"]): r.get("compute_cap") for r in query}
     expected = want.get("compute_cap")
@@ -570,13 +570,17 @@ def evaluate(host: Dict[str, Any], facts: Dict[str, Any], want: Dict[str, Any]) 
         out.append(result("gpu_health_query", False, None, "nvidia-smi --query-gpu=%s failed" % HEALTH_QUERY,
                           "repair the NVIDIA driver installation"))
         query = []
+    elif len(query) != host["gpu_count"]:
+        out.append(result("gpu_health_query", False, len(query), "nvidia-smi lists %d GPU(s) but its health query "
+                          "(%s) answered for %d" % (host["gpu_count"], HEALTH_QUERY, len(query)),
+                          "repair the NVIDIA driver installation (a GPU that stops answering queries is failing)"))
     needed = int(want.get("gpus_needed") or 0) or host["gpu_count"]
     gpus = list(want.get("instance_gpus") or range(min(needed, host["gpu_count"])))
     bus_index = {g["pci_bus_id"].upper(): g["index"] for g in host["gpus"]}
     bdfs = {g["index"]: sysfs_bdf(g["pci_bus_id"]) for g in host["gpus"] if g["index"] in gpus}
     bdfs = {i: b for i, b in bdfs.items() if b}
     p2p_off = bool(want.get("nccl_p2p_disable"))
-    out += _check_identity(facts, query, want)
+    out += _check_identity(query, want)
     out += _check_memory(query, facts.get("memory"), bus_index)
     out.append(_check_xids(facts, bus_index))
     if len(gpus) < 2:

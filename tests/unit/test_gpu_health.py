@@ -203,6 +203,14 @@ def test_compute_cap_persistence_and_numa_binding(tmp_path, monkeypatch):
     assert not checks["compute_cap"]["ok"] and "assume 9.0" in checks["compute_cap"]["cause"]
 
 
+def test_a_gpu_missing_from_the_health_query_is_a_failure(tmp_path, monkeypatch):
+    root = sysfs(tmp_path, iommu_type="identity")
+    facts = gather(recorded_run(), root, monkeypatch, tmp_path)
+    facts["query"] = facts["query"][:7]
+    checks = by_check(gh.evaluate(ct200_host(root), facts, WANT))
+    assert not checks["gpu_health_query"]["ok"] and "lists 8 GPU(s)" in checks["gpu_health_query"]["cause"]
+
+
 def test_the_real_h200_against_the_ct200_assumption(tmp_path, monkeypatch):
     """The recorded H200 is healthy but sm_90: the compute_cap check names it; one GPU has no peer traffic."""
     def run(argv):
