@@ -2,7 +2,7 @@
 """`ct200`: fleet operations on ansible-runner.
 
     ct200 status        -i INVENTORY [--limit L] [--forks N] [--json FILE]
-    ct200 preflight     -i INVENTORY ...
+    ct200 preflight     -i INVENTORY ... [--deep]
     ct200 deploy        -i INVENTORY ... [--check] [--tags T] [--force-token]
     ct200 drift         -i INVENTORY ... [--token-file FILE]
     ct200 rotate-token  -i INVENTORY (--token-file FILE | --token-stdin) [--batches 1,25%]
@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in helps.items():
         cmd = sub.add_parser(name, help=text, description=text)
         _add_run_options(cmd)
+        if name == "preflight":
+            cmd.add_argument("--deep", action="store_true",
+                             help="also prove the installed SGLang runtime on each host's GPUs (pip check, torch CUDA "
+                                  "13, arch, sgl_kernel, a CUDA op per GPU) and time an NCCL all-reduce: the command "
+                                  "to run on a GPU host (ct200_preflight_deep)")
         if name == "deploy":
             cmd.add_argument("--check", action="store_true", help="dry run (ansible --check --diff)")
             cmd.add_argument("--tags", help="only these phases (ansible --tags), e.g. hf_token,model_weights")
@@ -269,6 +274,8 @@ def main_extravars(args) -> dict:
         extravars["hf_token_force"] = True
     if getattr(args, "batches", None):
         extravars["rotate_serial"] = args.batches
+    if getattr(args, "deep", False):
+        extravars["ct200_preflight_deep"] = True
     return extravars
 
 

@@ -11,11 +11,16 @@ dialect probe sglang_service uses, module_utils/sglang_flags.py).
 
 from __future__ import annotations
 
+import inspect
+import json
 import os
 import re
+import shutil
+import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ansible_collections.ct200.deploy.plugins.module_utils import sglang_flags
+from ansible_collections.ct200.deploy.plugins.module_utils import gpu_health, runtime_proof, sglang_flags
+from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
 
 Runner = Callable[[List[str]], Tuple[int, str, str]]
 
@@ -182,3 +187,40 @@ def check(facts: Dict[str, Any], want: Dict[str, Any]) -> List[Dict[str, str]]:
                                                                              facts.get("nvcc_version") or "none"),
                        "fix": "install the CUDA toolkit >= %s and set sglang_runtime_cuda_home to it" % need["nvcc"]})
     return failed
+
+
+def health_checks(run: Runner, facts: Dict[str, Any], want: Dict[str, Any], sysfs_root: str) -> List[Dict[str, Any]]:
+    """Fabric, GPU health and boot readiness (module_utils/gpu_health.py), one result per check."""
+    gathered = gpu_health.gather(run, facts.get("nvidia_smi"), facts.get("gpus") or [], sysfs_root)
+    return gpu_health.evaluate(facts, gathered, want)
+
+
+def prove_runtime(run: Runner, python: Optional[str], cuda_home: str, standin: bool, allreduce: bool,
+                  allreduce_timeout: int) -> Dict[str, Any]:
+    """Run module_utils/runtime_proof.py with the SGLang venv's python; its JSON report.
+
+    The script is written to a fresh private directory (it re-executes itself, one process per GPU,
+    for the all-reduce) and removed afterwards."""
+    if not python or not os.access(python, os.X_OK):
+        return {"ok": False, "proven": False, "checks": [gpu_health.result(
+            "runtime_proof", False, None, "no SGLang venv at %s: nothing to prove" % python,
+            "install the runtime first (ct200 deploy --tags sglang_runtime), then re-run ct200 preflight --deep")]}
+    workdir = tempfile.mkdtemp(prefix="ct200-runtime-proof-")
+    try:
+        script = os.path.join(workdir, "runtime_proof.py")
+        atomic_write(script, inspect.getsource(runtime_proof), mode=0o600)
+        argv = [python, script, "--json", "--cuda-home", cuda_home] + (["--standin"] if standin else [])
+        if allreduce:
+            argv += ["--allreduce", "--allreduce-timeout", str(int(allreduce_timeout))]
+        rc, out, err = run(argv)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        report = json.loads(out)
+        report["checks"] = [dict(c) for c in report["checks"]]
+    except (ValueError, KeyError, TypeError):
+        return {"ok": False, "proven": False, "checks": [gpu_health.result(
+            "runtime_proof", False, None, "the runtime proof did not report (rc %s): %s" % (rc, (err or out).strip()[-500:]),
+            "run %s plugins/module_utils/runtime_proof.py on the host and read its output" % python)]}
+    report.pop("observations", None)  # pip's and torch's raw text; the checks carry what matters
+    return report

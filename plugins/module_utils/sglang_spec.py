@@ -121,6 +121,10 @@ ARGUMENT_SPEC: Dict[str, Any] = {
     "read_write_paths": {"type": "list", "elements": "path", "default": []},
     "other_instances": {"type": "list", "elements": "dict", "options": OTHER_INSTANCE_OPTIONS, "default": []},
     "verify_unit": {"type": "bool", "default": True},
+    # PCIe fabric switches, rendered into the env file (issue 15): see _check_fabric_env.
+    "nccl_p2p_disable": {"type": "bool", "default": False},
+    "pcie_ipc_allreduce": {"type": "bool", "default": False},
+    "gpu_compute_cap": {"type": "str"},
 }
 
 # argv options the spec renders itself; extra_args may not set them.
@@ -181,6 +185,8 @@ MANAGED_ENV = {
     "CT200_SGLANG_PORT": "port",
     "CT200_SGLANG_NCCL_PORT": "nccl_port",
     "CT200_SGLANG_NUMA_NODE": "numa_node",
+    "NCCL_P2P_DISABLE": "nccl_p2p_disable",
+    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "pcie_ipc_allreduce",
 }
 LIMIT_RE = re.compile(r"^(infinity|[0-9]+[KMGT]?)(:(infinity|[0-9]+[KMGT]?))?\Z")
 # Instance names: systemd instance-safe characters only; no path separators.
@@ -293,6 +299,9 @@ class Spec:
     read_write_paths: List[str] = field(default_factory=list)
     other_instances: List[Dict[str, Any]] = field(default_factory=list)
     verify_unit: bool = True
+    nccl_p2p_disable: bool = False
+    pcie_ipc_allreduce: bool = False
+    gpu_compute_cap: Optional[str] = None
 
     @classmethod
     def from_params(cls, params: Dict[str, Any]) -> "Spec":
@@ -991,12 +1000,38 @@ def _check_exposure(c: _Check) -> None:
                  % (c.version, s.secret_path, s.python, c.dialect.config_reader_error))
 
 
+def _check_fabric_env(c: _Check) -> None:
+    """SGLANG_ENABLE_PCIE_IPC_ALLREDUCE only where it was measured and can run.
+
+    SGLang 0.5.23 ships FlashInfer's PCIe-IPC all-reduce (srt/distributed/device_communicators/pcie_ipc_ar.py,
+    off by default: environ.py SGLANG_ENABLE_PCIE_IPC_ALLREDUCE = EnvBool(False)), measured on one 8x SM120 host
+    with GPUs 0-3 and 4-7 on separate NUMA nodes (TPOT 21.14 -> 13.62 ms against NCCL). Its kernels write to
+    peer GPUs, so it needs working P2P: never together with NCCL_P2P_DISABLE."""
+    s = c.spec
+    if not s.pcie_ipc_allreduce:
+        return
+    if not version_tuple(c.version) or version_tuple(c.version) < (0, 5, 23):
+        c.refuse("pcie_ipc_allreduce needs SGLang >= 0.5.23 (pcie_ipc_ar.py first shipped there); this venv runs %s: "
+                 "remove pcie_ipc_allreduce or pin 0.5.23" % c.version)
+    if s.tp != 8:
+        c.refuse("pcie_ipc_allreduce is offered for tp 8 only (the 8x sm_120 two-NUMA layout it was measured on); "
+                 "this instance has tp %d: remove pcie_ipc_allreduce" % s.tp)
+    sm120 = s.gpu_compute_cap == "12.0" if s.gpu_compute_cap else _on_sm120(c)
+    if not sm120:
+        c.refuse("pcie_ipc_allreduce is offered for sm_120 GPUs only (RTX PRO 6000 Blackwell); these are %s: remove "
+                 "pcie_ipc_allreduce" % (("compute capability %s" % s.gpu_compute_cap) if s.gpu_compute_cap
+                                         else (_gpu_names(c) or "unknown GPUs (give gpu_compute_cap)")))
+    if s.nccl_p2p_disable:
+        c.refuse("pcie_ipc_allreduce writes to peer GPUs over PCIe P2P, which nccl_p2p_disable says this fabric cannot "
+                 "carry: use one of the two")
+
+
 RULES = (
     _check_identity, _check_text_fields, _check_ranges, _check_gpu_list, _check_gpu_count, _check_numa,
     _check_gpu_memory, _check_target, _check_parsers, _check_no_speculative, _check_algorithm_support,
     _check_pr29907_base, _check_speculative_basics, _check_ddtree_budget, _check_grammar, _check_mamba,
     _check_choices, _check_graph_batch, _check_memory, _check_kv_cache, _check_extra_args, _check_environment,
-    _check_peers, _check_exposure,
+    _check_peers, _check_exposure, _check_fabric_env,
 )
 
 

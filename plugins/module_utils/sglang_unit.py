@@ -342,6 +342,10 @@ def render_env(spec, gpus: Sequence[int], fixed_env: Dict[str, str]) -> str:
         ("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
     ]
     values += sorted(fixed_env.items())
+    if getattr(spec, "nccl_p2p_disable", False):
+        values.append(("NCCL_P2P_DISABLE", "1"))  # the preflight found P2P unusable on this fabric (issue 15)
+    if getattr(spec, "pcie_ipc_allreduce", False):
+        values.append(("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "1"))  # validated: tp 8, sm_120, SGLang >= 0.5.23
     values += [("HOME", STATE_DIR), ("XDG_CACHE_HOME", CACHE_DIR)]
     if spec.numa_node is not None:
         values.append(("CT200_SGLANG_NUMA_NODE", spec.numa_node))

@@ -18,6 +18,18 @@ description:
     and returns the failed checks with cause and fix in RV(failed_checks); it never fails because of them, so a
     preflight can report every host in one table.
   - A host without GPUs fails the C(gpus) check unless O(allow_no_gpu=true) (CPU sandbox with the serving stand-in).
+  - With O(health=true) (default) it also checks the PCIe fabric, GPU health and boot readiness (module_utils/gpu_health.py)
+    and returns one result per check in RV(health_checks) - C(tmp_exec) (C(/tmp) not C(noexec)), C(nvidia_uvm_boot)
+    (C(nvidia-modprobe) or a modules-load path for C(nvidia_uvm)), C(compute_cap) against O(expect_compute_cap),
+    C(persistence_mode), C(gpu_memory) (uncorrectable ECC, pending or failed row remaps, pending retired pages), C(xid)
+    (Xid errors in the kernel log since boot), C(p2p) (C(nvidia-smi topo -p2p r)), C(acs) (ACS control of the bridges
+    above the GPUs, C(lspci -vvv)), C(iommu) (the GPUs' IOMMU group type) and C(numa) (GPU NUMA nodes against
+    O(numa_node)). Failed ones are added to RV(failed_checks); each fix says whether to set C(NCCL_P2P_DISABLE=1)
+    (O(nccl_p2p_disable)), fix ACS or the IOMMU, or take the host out of service.
+  - With O(runtime_proof=true) it runs module_utils/runtime_proof.py with O(sglang_python) (pip check, torch's CUDA
+    major, nvcc's major, the GPUs' arch in torch's arch list, C(import sgl_kernel), a tiny op on each GPU; with
+    O(allreduce=true) a timed NCCL all-reduce) and returns its report in RV(runtime_proof). On a host without GPUs
+    and O(allow_no_gpu=true) the GPU checks are reported as not proven.
 author: ct200-deploy developers (@ct200-deploy)
 options:
   nvidia_smi:
@@ -49,6 +61,36 @@ options:
     description: Accept a host without GPUs (only for a CPU sandbox that runs the serving stand-in).
     type: bool
     default: false
+  health:
+    description: Check the fabric, GPU health and boot readiness (RV(health_checks)).
+    type: bool
+    default: true
+  expect_compute_cap:
+    description: Compute capability the rendered backends assume (C(12.0) for the CT200's sm_120); omit to report only.
+    type: str
+  numa_node:
+    description: NUMA node the instance is bound to, if any; its GPUs must sit on it.
+    type: int
+  instance_gpus:
+    description: GPU indexes the instances use (default the first O(gpus_needed)).
+    type: list
+    elements: int
+  nccl_p2p_disable:
+    description: The instances run with C(NCCL_P2P_DISABLE=1); P2P, ACS and IOMMU findings are then reported, not failed.
+    type: bool
+    default: false
+  runtime_proof:
+    description: Run the runtime proof with O(sglang_python) (RV(runtime_proof)); its failures join RV(failed_checks).
+    type: bool
+    default: false
+  allreduce:
+    description: With O(runtime_proof), also time an NCCL all-reduce across the GPUs (one process per GPU).
+    type: bool
+    default: false
+  allreduce_timeout:
+    description: Seconds before the all-reduce counts as hung.
+    type: int
+    default: 60
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -120,11 +162,25 @@ failed_checks:
   returned: always
   type: list
   elements: dict
+health_checks:
+  description: >-
+    One result per fabric/health/boot check - C(check), C(ok), C(value), C(cause), C(fix), C(proven) (false - the
+    check could not look, e.g. no GPU or no C(lspci); reported as not proven, never as passed).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {check: p2p, ok: false, proven: true, value: {"0-4": CNS}, cause: "P2P reads are not available between GPU0-GPU4 CNS",
+       fix: "set ct200_nccl_p2p_disable: true ..."}
+runtime_proof:
+  description: The runtime proof's report (C(ok), C(proven), C(checks) as in RV(health_checks)), or null when not run.
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.ct200.deploy.plugins.module_utils import host_facts  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils import gpu_health, host_facts  # noqa: E402
 
 
 def main():
@@ -138,6 +194,14 @@ def main():
             sglang_version=dict(type="str"),
             gpus_needed=dict(type="int", default=0),
             allow_no_gpu=dict(type="bool", default=False),
+            health=dict(type="bool", default=True),
+            expect_compute_cap=dict(type="str"),
+            numa_node=dict(type="int"),
+            instance_gpus=dict(type="list", elements="int"),
+            nccl_p2p_disable=dict(type="bool", default=False),
+            runtime_proof=dict(type="bool", default=False),
+            allreduce=dict(type="bool", default=False),
+            allreduce_timeout=dict(type="int", default=60),
         ),
         supports_check_mode=True,
     )
@@ -156,6 +220,15 @@ def main():
             "gpus_needed": params["gpus_needed"], "allow_no_gpu": params["allow_no_gpu"]}
     facts["requirements"] = host_facts.requirements_for(want["sglang_version"])
     facts["failed_checks"] = host_facts.check(facts, want)
+    want.update(compute_cap=params["expect_compute_cap"], numa_node=params["numa_node"],
+                instance_gpus=params["instance_gpus"], nccl_p2p_disable=params["nccl_p2p_disable"])
+    facts["health_checks"] = host_facts.health_checks(run, facts, want, params["sysfs_root"]) if params["health"] else []
+    facts["runtime_proof"] = None
+    if params["runtime_proof"]:
+        facts["runtime_proof"] = host_facts.prove_runtime(
+            run, params["sglang_python"], params["cuda_home"], standin=facts["gpu_count"] == 0 and params["allow_no_gpu"],
+            allreduce=params["allreduce"], allreduce_timeout=params["allreduce_timeout"])
+    facts["failed_checks"] += gpu_health.failed(facts["health_checks"] + (facts["runtime_proof"] or {}).get("checks", []))
     module.exit_json(changed=False, **facts)
 
 

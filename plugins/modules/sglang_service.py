@@ -343,6 +343,26 @@ options:
     description: Run C(systemd-analyze verify) on the rendered unit (any warning refuses it).
     type: bool
     default: true
+  nccl_p2p_disable:
+    description:
+      - Render C(NCCL_P2P_DISABLE=1) into the environment file - NCCL reduces through host memory instead of PCIe
+        peer-to-peer. For hosts whose preflight (C(p2p), C(acs), C(iommu) or the C(--deep) all-reduce) says P2P is
+        unusable and ACS/the IOMMU cannot be fixed (inventory C(ct200_nccl_p2p_disable)).
+    type: bool
+    default: false
+  pcie_ipc_allreduce:
+    description:
+      - Render C(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1) - SGLang 0.5.23's FlashInfer PCIe-IPC all-reduce
+        (C(srt/distributed/device_communicators/pcie_ipc_ar.py)), measured upstream on 8x sm_120 across two NUMA
+        nodes (TPOT 21.1 to 13.6 ms); off by default in SGLang and here until an A/B run on the site's hosts
+        (README, PCIe IPC all-reduce). Refused unless O(tp=8), the GPUs are sm_120 (O(gpu_compute_cap) or the
+        detected GPU names) and SGLang >= 0.5.23, and together with O(nccl_p2p_disable) (its kernels write to
+        peer GPUs). Inventory C(ct200_pcie_ipc_allreduce).
+    type: bool
+    default: false
+  gpu_compute_cap:
+    description: Compute capability of the host's GPUs (C(12.0) for sm_120), for O(pcie_ipc_allreduce)'s check.
+    type: str
 notes:
   - The flag manifest of a venv is cached in O(cache_dir) keyed by interpreter path, SGLang version and
     dist-info mtime; a reinstall invalidates it. Check mode does not write the cache.

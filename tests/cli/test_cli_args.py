@@ -46,6 +46,12 @@ def test_every_fleet_subcommand_takes_the_common_options(command):
         (command, "inv", "h1", 20, "s.json", "d")
 
 
+def test_preflight_deep_asks_the_playbook_for_the_runtime_proof_and_the_allreduce():
+    assert cli.main_extravars(cli.build_parser().parse_args(["preflight", "-i", "inv", "--deep"])) == {
+        "ct200_preflight_deep": True}
+    assert cli.main_extravars(cli.build_parser().parse_args(["preflight", "-i", "inv"])) == {}
+
+
 def test_rotation_batches_become_rotate_serial():
     args = cli.build_parser().parse_args(["rotate-token", "-i", "inv", "--token-stdin", "--batches", "1,5%,25%"])
     assert cli.main_extravars(args) == {"rotate_serial": [1, "5%", "25%"]}

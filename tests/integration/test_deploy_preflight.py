@@ -2,7 +2,8 @@
 """deploy_kimi.yml on a bare sandbox host stops in the preflight, before any weight byte,
 naming the cause and the fix, and leaves no unit enabled: when the SGLang runtime cannot be
 installed (an empty wheelhouse) and when the host has too few GPUs (a fake nvidia-smi: the
-GPU is the one thing mocked)."""
+GPU is the one thing mocked), a P2P matrix with CNS, no way to load nvidia_uvm at boot and a
+/tmp remounted noexec (the fabric, health and boot checks, through the real playbook)."""
 
 import json
 import os
@@ -24,8 +25,14 @@ CACHE = REPO / ".cache"
 SERVED_HOST = "rt-deploy-1"
 SERVED_PORT = ("-e", "ct200_sglang_port=30041")
 FAKE_SMI = """#!/bin/sh
-# TEST ONLY: 4 GPUs, a good driver
+# TEST ONLY: 4 GPUs, a good driver; P2P not supported between the sockets (the real driver's formats)
 case "$1" in
+  --query-gpu=index,name,uuid,*) for i in 0 1 2 3; do
+      echo "$i, NVIDIA RTX PRO 6000 Blackwell Server Edition, GPU-$i, 97887, 0, 00000000:1$i:00.0, 580.95.05, 12.0, \
+Enabled, Enabled, 0, No, 0x0000000000000001, 600.00"; done ;;
+  topo) printf ' \t\033[4mGPU0\tGPU1\tGPU2\tGPU3\t\033[0m\n'
+      printf ' GPU0\tX\tOK\tCNS\tCNS\t\n GPU1\tOK\tX\tCNS\tCNS\t\n GPU2\tCNS\tCNS\tX\tOK\t\n GPU3\tCNS\tCNS\tOK\tX\t\n' ;;
+  -q) ;;
   --query-gpu=*) for i in 0 1 2 3; do
       echo "$i, NVIDIA RTX PRO 6000 Blackwell Server Edition, 97887, 00000000:1$i:00.0, 580.95.05"; done ;;
   *) echo "| Driver Version: 580.95.05    CUDA Version: 13.0 |" ;;
@@ -104,11 +111,20 @@ def test_unreachable_wheelhouse_stops_in_preflight(tmp_path, local_hub, down):
     assert assert_stopped_before_weights(state, "rt-p1", out, tmp_path) == {"sglang_runtime"}
 
 
-def test_too_few_gpus_stop_in_preflight(tmp_path, local_hub, down):
+def test_too_few_gpus_a_bad_fabric_and_a_noexec_tmp_stop_in_preflight(tmp_path, local_hub, down):
     state = bare_host(tmp_path, "rt-p2", CACHE / "sglang-wheelhouse-0.5.23-cpu")
     down(state)
+    remount = on_host(state, "rt-p2", "mount", "-o", "remount,noexec", "/tmp")
+    assert remount.returncode == 0, remount.stderr
     rc, out = deploy(state, local_hub, tmp_path, "-e", "sglang_runtime_nvidia_smi=/srv/fake-gpu/nvidia-smi",
                      "-e", "sglang_runtime_allow_no_gpu=false")
     assert rc != 0, out[-3000:]
     assert "[gpus] 4 GPU(s) found, the instances need 8 (tp x pp)" in out
-    assert "gpus" in assert_stopped_before_weights(state, "rt-p2", out, tmp_path)
+    assert "[p2p] P2P reads are not available between GPU0-GPU2 CNS" in out and "NCCL_P2P_DISABLE=1" in out
+    assert "[tmp_exec] /tmp is mounted noexec" in out
+    assert "[nvidia_uvm_boot] nothing can create /dev/nvidia-uvm at boot" in out
+    failed = assert_stopped_before_weights(state, "rt-p2", out, tmp_path)
+    assert {"gpus", "p2p", "tmp_exec", "nvidia_uvm_boot"} <= failed
+    health = {c["check"]: c for c in json.loads((tmp_path / "preflight.json").read_text())["hosts"][0]["health"]}
+    assert health["compute_cap"]["ok"] and health["compute_cap"]["value"] == {"0": "12.0", "1": "12.0", "2": "12.0",
+                                                                               "3": "12.0"}

@@ -30,7 +30,7 @@ PLAY = """
 """
 
 
-def run_role(tmp_path, role, role_vars):
+def run_role(tmp_path, role, role_vars, timeout=300):
     body = "\n".join("        %s: %s" % (k, v) for k, v in role_vars.items())
     play = tmp_path / "play.yml"
     play.write_text(PLAY % {"venv": tmp_path / "venv", "wheels": REPO / ".cache" / "wheelhouse", "role": role,
@@ -39,7 +39,7 @@ def run_role(tmp_path, role, role_vars):
                ANSIBLE_INVENTORY_UNPARSED_FAILED="false")
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
     proc = subprocess.run(["ansible-playbook", str(play)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+                          timeout=timeout, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -120,3 +120,39 @@ def test_sglang_runtime_refuses_a_host_without_gpus_unless_it_is_a_sandbox(tmp_p
     assert rc != 0, out[-3000:]
     assert "[gpus] no NVIDIA GPU found (nvidia-smi absent)" in out
     assert "sglang_runtime_allow_no_gpu: true" in out
+
+
+def venv_view(tmp_path):
+    """A venv whose site-packages are the CPU SGLang 0.5.23 venv's (read, never installed into: the stamp says
+    the pinned set is there, so the role's install step is skipped)."""
+    real = REPO / ".cache" / "sglang-venv-0.5.23"
+    if not (real / "bin" / "python").exists():
+        pytest.skip("no SGLang 0.5.23 parse venv at %s" % real)
+    view = tmp_path / "sglang-venv"
+    (view / "bin").mkdir(parents=True)
+    (view / "pyvenv.cfg").write_text((real / "pyvenv.cfg").read_text())
+    (view / "bin" / "python").symlink_to(os.path.realpath(real / "bin" / "python"))
+    (view / "lib").symlink_to(real / "lib")
+    (view / ".ct200-sglang-runtime").write_text(
+        '{"version": "0.5.23", "packages": ["sglang==0.5.23"], "requirements_sha256": null}')
+    return view
+
+
+def test_sglang_runtime_proof_fails_the_role_on_a_cpu_torch_and_passes_the_standin_unproven(tmp_path):
+    view = venv_view(tmp_path)
+    common = {"sglang_runtime_venv": str(view), "sglang_runtime_fail_on_preflight": "false",
+              "sglang_runtime_cuda_home": str(tmp_path / "no-cuda")}
+    # three runs of the CPU venv's own python (SGLang's parser twice, the proof once): ~60 s idle, minutes when busy
+    rc, out = run_role(tmp_path, "ct200.deploy.sglang_runtime", runtime_vars(tmp_path, **common), timeout=1200)
+    assert rc != 0, out[-3000:]
+    assert "Install | pip install" not in out or "skipping" in out.split("Install | pip install")[1][:300]
+    flat = " ".join(out.split())  # the callback wraps long messages
+    assert "does not work on this host" in flat and "[torch_cuda] torch 2.13.0+cpu is a CPU build" in flat
+    assert "[pip_check] pip check finds the installed set inconsistent" in flat
+    assert not (view / ".ct200-sglang-runtime-proven").exists()
+    rc, out = run_role(tmp_path, "ct200.deploy.sglang_runtime", runtime_vars(
+        tmp_path, sglang_runtime_nvidia_smi=str(tmp_path / "absent-nvidia-smi"), sglang_runtime_allow_no_gpu="true",
+        **common), timeout=1200)
+    assert rc == 0, out[-3000:]
+    assert "torch_cuda: NOT PROVEN (not proven: CPU stand-in" in " ".join(out.split())
+    assert (view / ".ct200-sglang-runtime-proven").read_text() == (view / ".ct200-sglang-runtime").read_text()
