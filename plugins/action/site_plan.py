@@ -18,7 +18,10 @@ from ansible_collections.ct200.deploy.plugins.module_utils import site_plan
 
 
 def _lookup(variables, path):
-    """``name`` or ``name.key.key`` in one host's variables; None when any part is missing."""
+    """``name`` or ``name.key.key`` in one host's variables (the first set of a list of them); None
+    when none is set."""
+    if isinstance(path, (list, tuple)):
+        return next((v for v in (_lookup(variables, p) for p in path) if v not in (None, "")), None)
     value = variables
     for part in str(path).split("."):
         try:
@@ -47,14 +50,17 @@ class ActionModule(ActionBase):
         return out
 
     def _layout(self, args, task_vars):
+        """The layout given (``layout``, or the ``site`` host var of the first host), else computed."""
         group = list(args.get("group") or [])
-        selected = args.get("hosts")
-        hosts = site_plan.host_order(group, selected)
-        first = self._host_vars(task_vars, hosts[0]) if hosts else {}
-        names = args.get("site_vars") or {}
-        settings = dict((key, _lookup(first, path)) for key, path in names.items())
-        degree = settings.get("degree") if settings.get("degree") is not None else 2
-        return site_plan.site_layout(group, selected, settings.get("enabled"), settings.get("seed"), degree)
+        hosts = site_plan.host_order(group, args.get("hosts"))
+        given = args.get("layout")
+        if not given and hosts and (args.get("host_vars") or {}).get("site"):
+            given = _lookup(self._host_vars(task_vars, hosts[0]), args["host_vars"]["site"])
+        if given:
+            return site_plan.site_layout(group, args.get("hosts"), given.get("fanout"), given.get("seed"),
+                                         given.get("degree") or 2)
+        return site_plan.site_layout(group, args.get("hosts"), args.get("enabled"), args.get("seed"),
+                                     args.get("degree") if args.get("degree") not in (None, "") else 2)
 
     def _stage_token(self, args, task_vars):
         return site_plan.token_status(args.get("token"), bool(args.get("vault_defined", True)),
@@ -71,8 +77,8 @@ class ActionModule(ActionBase):
         return site_plan.hub_facts(args.get("resolved"), args.get("access"), args.get("listed"), args.get("fetch"),
                                    args.get("token_problem"), args.get("repos") or [])
 
-    def _stage_disk(self, args, task_vars):
-        return site_plan.disk_needs(args.get("plan"))
+    def _stage_host_plan(self, args, task_vars):
+        return site_plan.host_plan(args.get("plan"))
 
     def _stage_report(self, args, task_vars):
         layout = self._layout(args, task_vars)
@@ -98,19 +104,33 @@ class ActionModule(ActionBase):
     def _stage_site(self, args, task_vars):
         layout = self._layout(args, task_vars)
         names = args.get("host_vars") or {}
-        got = self._per_host(task_vars, layout["hosts"], {"address": names.get("address", "ansible_host"),
-                                                          "port": names.get("port", "weight_peer_port")})
-        ports = dict((h, got["port"][h] or args.get("port") or 8790) for h in layout["hosts"])
-        peers = {}
-        if layout["fanout"]:
-            for repo in args.get("repos") or []:
-                peers[repo["name"]] = site_plan.peer_list(layout["hosts"], got["address"], ports, repo["name"])
-        return {"layout": layout, "peers": peers}
+        peers, addresses, repos = {}, {}, list(args.get("repos") or [])
+        if layout["fanout"] and repos:
+            got = self._per_host(task_vars, layout["hosts"], {"address": names.get("address") or ["ansible_host"],
+                                                              "port": names.get("port") or "weight_peer_port"})
+            addresses = dict((h, site_plan.peer_address([got["address"][h]], h)) for h in layout["hosts"])
+            ports = dict((h, got["port"][h] or args.get("port") or 8790) for h in layout["hosts"])
+            for repo in repos:
+                peers[repo["name"]] = site_plan.peer_list(layout["hosts"], addresses, ports, repo["name"])
+        return {"layout": layout, "peers": peers, "addresses": addresses, "seed": layout["seed"],
+                "fan_out": site_plan.fans_out_now(layout, args.get("fetch")),
+                "models": [{"name": r.get("name"), "path": r.get("local_dir")} for r in repos if isinstance(r, dict)]}
+
+    def _stage_jobs(self, args, task_vars):
+        host = task_vars.get("inventory_hostname")
+        return {"jobs": site_plan.wait_jobs(host, args.get("layout") or {"fanout": False}, list(args.get("started") or []))}
+
+    def _stage_outcome(self, args, task_vars):
+        repos, plans = list(args.get("repos") or []), list(args.get("plans") or [])
+        commits = site_plan.commits_of(repos, plans, list(args.get("listings") or []))
+        outcome = site_plan.download_outcome(repos, plans, list(args.get("started") or []), list(args.get("finished") or []),
+                                             commits)
+        return dict(outcome, commits=commits)
 
     def _stage_fanout_result(self, args, task_vars):
         host = task_vars.get("inventory_hostname")
         fact = site_plan.fanout_result(host, args.get("layout") or {}, list(args.get("repos") or []),
-                                       list(args.get("jobs") or []))
+                                       list(args.get("finished") or []))
         return {"ansible_facts": {"ct200_fanout": fact}}
 
     def run(self, tmp=None, task_vars=None):
@@ -120,8 +140,9 @@ class ActionModule(ActionBase):
         if stage not in site_plan.STAGES:
             raise AnsibleActionFail("stage must be one of %s, got %r" % (", ".join(site_plan.STAGES), stage))
         try:
-            result.update(getattr(self, "_stage_" + stage)(self._task.args, task_vars or {}))
+            decided = getattr(self, "_stage_" + stage)(self._task.args, task_vars or {})
         except site_plan.PlanError as exc:
             raise AnsibleActionFail(str(exc))
-        result["changed"] = False
+        result.update(decided)
+        result["changed"] = bool(decided.get("changed"))  # only the outcome of downloads reports a change
         return result

@@ -31,7 +31,7 @@ VAULT_FIX = "create and encrypt the vault (README: Vault)"
 NOT_NEEDED = "not needed: nothing to fetch"
 
 
-STAGES = ["token", "fetch", "hub", "disk", "report", "site", "fanout_result"]
+STAGES = ["site", "token", "fetch", "hub", "host_plan", "report", "jobs", "outcome", "fanout_result"]
 
 # the options of the ct200.deploy.site_plan action (its module stub declares exactly these)
 ARGUMENT_SPEC = dict(
@@ -53,11 +53,16 @@ ARGUMENT_SPEC = dict(
     access=dict(type="dict"),
     listed=dict(type="dict"),
     fetch=dict(type="list", elements="str"),
+    listings=dict(type="list", elements="dict"),
     token_problem=dict(type="str"),
     plan=dict(type="dict"),
-    site_vars=dict(type="dict"),
+    enabled=dict(type="raw"),
+    seed=dict(type="str"),
+    degree=dict(type="raw", default=2),
     layout=dict(type="dict"),
-    jobs=dict(type="list", elements="dict"),
+    plans=dict(type="list", elements="dict"),
+    started=dict(type="list", elements="dict"),
+    finished=dict(type="list", elements="dict"),
     port=dict(type="int", default=8790),
 )
 
@@ -102,6 +107,12 @@ def site_layout(group, selected=None, enabled=None, seed=None, degree=2):
         raise PlanError("fanout_seed %r is not a host of this run (%s); name one of them in the inventory or -e"
                         % (chosen, ", ".join(hosts)))
     return {"hosts": hosts, "fanout": True, "seed": chosen, "degree": degree}
+
+
+def fans_out_now(layout, fetch=None):
+    """Fan out in this run: the layout says so and some host lacks something (``fetch``: the preflight's
+    fetch list; None when unknown, for example without the preflight). Nothing to fetch: no server starts."""
+    return bool(layout.get("fanout")) and (fetch is None or len(fetch) > 0)
 
 
 def source_of(layout, host):
@@ -179,9 +190,21 @@ def hub_facts(resolved, access, listed, fetch, token_problem, repo_ids=()):
             "resolve_msg": (resolved or {}).get("msg"), "repos": list(repo_ids)}
 
 
-def disk_needs(plan):
+def _gb2(count):
+    return str(round(int(count or 0) / GB, 2))
+
+
+def _plan_line(r):
+    item = r.get("item") or {}
+    return "%s %s@%s: %s of %s files, %s of %s GB to fetch" % (
+        item.get("name"), item.get("repo_id"), str(r.get("commit") or "?")[:12], r.get("files_to_download") or 0,
+        r.get("files"), _gb2(r.get("bytes_to_download")), _gb2(r.get("bytes_total")))
+
+
+def host_plan(plan):
     """From a host's download plan (hf_download check mode, a loop): the bytes each repository still
-    needs on its filesystem (ct200.deploy.disk_space requirements) and the repositories planned."""
+    needs on its filesystem (ct200.deploy.disk_space requirements), the repositories planned, those
+    with files to download, and one line per repository."""
     results = [r for r in (plan or {}).get("results") or [] if isinstance(r, dict) and not r.get("skipped")]
     requirements = []
     for r in results:
@@ -190,7 +213,10 @@ def disk_needs(plan):
         item = r.get("item") or {}
         label = " ".join(str(x) for x in (item.get("name"), item.get("repo_id")) if x)
         requirements.append({"label": label, "path": item.get("local_dir"), "bytes": int(r["disk"].get("needed_bytes") or 0)})
-    return {"requirements": requirements, "planned": [(r.get("item") or {}).get("repo_id") for r in results if r.get("commit")]}
+    planned = [r for r in results if r.get("commit")]
+    return {"requirements": requirements, "planned": [(r.get("item") or {}).get("repo_id") for r in planned],
+            "to_download": [(r.get("item") or {}).get("name") for r in planned if int(r.get("files_to_download") or 0) > 0],
+            "lines": [_plan_line(r) for r in planned]}
 
 
 # ---- failed checks: every source is a list of {check, ok, value, cause, fix}
@@ -388,6 +414,12 @@ def report(rows, layout):
 # ---- the fan-out
 
 
+def peer_address(candidates, host):
+    """The address a host serves on: the first set of its candidates (weight_peer_listen_address, the
+    default-route address, ansible_host), else its inventory name."""
+    return next((str(c) for c in candidates if c not in (None, "")), host)
+
+
 def peer_url(address, port, name):
     host = ("[%s]" % address) if ":" in str(address) else str(address)
     return "http://%s:%s/%s" % (host, port, name)
@@ -419,3 +451,88 @@ def fanout_result(host, layout, repos, jobs):
     results = [fanout_repo_result(repo, job, from_hub) for repo, job in zip(repos, jobs)]
     return {"seed": layout["seed"], "role": "seed" if from_hub else "peer", "repos": results,
             "verified": bool(results) and all(r["verified"] for r in results)}
+
+
+def job_label(host, layout, repo):
+    if layout.get("fanout"):
+        return "%s %s%s" % (host, repo.get("name"), " (seed, from the Hub)" if source_of(layout, host) == "hub" else "")
+    return "%s %s" % (repo.get("name"), repo.get("repo_id"))
+
+
+def started_per_repo(registered):
+    """Registered async loops (each {results: [...]}, one result per repository, skipped where another loop
+    started it) merged into one list: per repository the result that started a job, else the first."""
+    loops = [r.get("results") or [] for r in registered if isinstance(r, dict)]
+    count = max([len(results) for results in loops] or [0])
+    merged = []
+    for index in range(count):
+        candidates = [results[index] for results in loops if index < len(results) and isinstance(results[index], dict)]
+        merged.append(next((c for c in candidates if c.get("ansible_job_id")), candidates[0] if candidates else {}))
+    return merged
+
+
+def wait_jobs(host, layout, started):
+    """The async jobs a host started (registered loop results, item = the repository), for hf_download_wait."""
+    jobs = []
+    for r in started_per_repo(started):
+        if not isinstance(r, dict) or not r.get("ansible_job_id"):
+            continue
+        repo = r.get("item") or {}
+        repo = repo.get("item", repo) if isinstance(repo.get("item"), dict) else repo  # a loop over listing results
+        jobs.append({"jid": r["ansible_job_id"], "label": job_label(host, layout, repo),
+                     "progress_file": "%s/.ct200/progress.json" % repo.get("local_dir")})
+    return jobs
+
+
+def _done_line(s):
+    line = "%s files, %s GB in place; fetched %s GB (%s files) in %s s at %d MB/s" % (
+        s.get("files"), _gb2(s.get("bytes_total")), _gb2(s.get("bytes_downloaded") or s.get("bytes_fetched")),
+        s.get("files_downloaded", s.get("files_fetched")), round(float(s.get("seconds") or 0), 1),
+        int(round(float(s.get("mean_rate") or 0) / 1e6)))
+    if "bytes_resumed" in s:
+        line += ", resumed %s GB, kept %s GB" % (_gb2(s.get("bytes_resumed")), _gb2(s.get("bytes_skipped")))
+    if s.get("retries"):
+        line += ", retried %sx %s" % (s["retries"], json.dumps(s.get("retry_causes")))
+    if s.get("refetched"):
+        line += ", re-fetched after a hash mismatch: " + ", ".join(s["refetched"])
+    return line
+
+
+def commits_of(repos, plans, listings):
+    """name -> commit of each repository: from this host's plan, else from the seed's listing."""
+    out = {}
+    for index, repo in enumerate(repos):
+        for source in (plans, listings):
+            result = source[index] if index < len(source or []) else None
+            if isinstance(result, dict) and result.get("commit"):
+                out[repo.get("name")] = result["commit"]
+                break
+    return out
+
+
+def download_outcome(repos, plans, started, finished, commits=None):
+    """Per repository one line (already complete, fetched, or FAILED with the cause), whether any changed,
+    and the failures; ``plans`` and ``started`` (registered async loops) are in repository order, ``finished``
+    in job order."""
+    started = started_per_repo(started)
+    commits = commits or {}
+    by_jid = dict((j.get("ansible_job_id"), j) for j in finished or [] if isinstance(j, dict) and j.get("ansible_job_id"))
+    lines, failures = [], []
+    for index, repo in enumerate(repos):
+        plan = plans[index] if index < len(plans) else {}
+        job = started[index] if index < len(started) else {}
+        label = "%s %s@%s: " % (repo.get("name"), repo.get("repo_id"), str(commits.get(repo.get("name")) or "?")[:12])
+        if not (job or {}).get("ansible_job_id"):
+            if (plan or {}).get("commit"):
+                lines.append(label + "already complete and verified (%s files, %s GB)" % (plan.get("files"),
+                                                                                         _gb2(plan.get("bytes_total"))))
+            continue
+        status = by_jid.get(job["ansible_job_id"])
+        if not status or status.get("failed") or "bytes_total" not in status:
+            cause = (status or {}).get("msg") or "did not finish"
+            failures.append("%s %s: %s" % (repo.get("name"), repo.get("repo_id"), cause))
+            lines.append(label + "FAILED: " + cause)
+        else:
+            lines.append(label + _done_line(status))
+    changed = any(isinstance(j, dict) and j.get("changed") for j in finished or [])
+    return {"lines": lines, "changed": changed, "failures": failures}

@@ -20,10 +20,14 @@ description:
   - "O(stage=fetch): per host the repositories it lacks (offline manifest probe), whether it holds the inventory token,
     where its fit check reads configs; the fleet's fetch list, the trees to list and whether access must be proven."
   - "O(stage=hub): the commits, listings, fetch list and access verdict the later plays read (register it as C(ct200_hub))."
-  - "O(stage=disk): the bytes each planned repository still needs (requirements for M(ct200.deploy.disk_space))."
+  - "O(stage=host_plan): from one host's download plan, the bytes each repository still needs (requirements for
+    M(ct200.deploy.disk_space)), the repositories planned and to download, one line per repository."
   - "O(stage=report): host order (inventory order) and seed, the fan-out decision, per host its source, bytes to fetch
     and failed checks with cause and fix; the rows, the table, the JSON text and the failure message."
-  - "O(stage=site): the layout of a weights run (hosts, fan-out, seed, degree) and the peers per repository."
+  - "O(stage=site): the layout (host order, fan-out, seed, degree; O(layout) when one was decided already),
+    whether this run fans out (O(fetch)), each host's address and its peers per repository."
+  - "O(stage=jobs): the async jobs this host started, with the label and progress file M(ct200.deploy.hf_download_wait) reads."
+  - "O(stage=outcome): one line per repository (complete, fetched, or failed with the cause), the failures, the commits."
   - "O(stage=fanout_result): this host's fan-out outcome as the fact C(ct200_fanout) that C(ct200 deploy) summarizes."
 author: ct200-deploy developers (@ct200-deploy)
 options:
@@ -31,7 +35,7 @@ options:
     description: Which decision to make (see the description).
     type: str
     required: true
-    choices: [token, fetch, hub, disk, report, site, fanout_result]
+    choices: [site, token, fetch, hub, host_plan, report, jobs, outcome, fanout_result]
   token:
     description: O(stage=token). The inventory's Hub token; only its fingerprint is returned. Never logged.
     type: str
@@ -61,8 +65,8 @@ options:
   host_vars:
     description:
       - Plan input -> the variable (C(name) or C(name.key)) read from each host's variables.
-      - "O(stage=fetch): C(probe), C(token_query). O(stage=report): C(runtime), C(token), C(token_query), C(hub),
-        C(plan), C(disk), C(fit). O(stage=site): C(address), C(port)."
+      - "O(stage=fetch): C(probe), C(token_query). O(stage=report): C(site), C(runtime), C(token), C(token_query),
+        C(hub), C(plan), C(disk), C(fit). O(stage=site): C(address) (a list: the first set), C(port)."
     type: dict
   host_checks:
     description:
@@ -96,25 +100,46 @@ options:
     description: O(stage=hub). The registered result of M(ct200.deploy.hf_repo_meta) listing the trees.
     type: dict
   fetch:
-    description: O(stage=hub). The fleet's fetch list (from O(stage=fetch)).
+    description:
+      - O(stage=hub). The fleet's fetch list (from O(stage=fetch)).
+      - O(stage=site). Repository ids some host lacks; empty, the run does not fan out; unset, unknown.
     type: list
     elements: str
   token_problem:
     description: O(stage=hub). The token's problem (from O(stage=token)), or null.
     type: str
   plan:
-    description: O(stage=disk). A host's registered loop of M(ct200.deploy.hf_download) in check mode.
+    description: O(stage=host_plan). A host's registered loop of M(ct200.deploy.hf_download) in check mode.
     type: dict
-  site_vars:
-    description:
-      - O(stage=report), O(stage=site). Setting -> the variable read from the first host, for C(enabled) (default
-        true with more than one host in O(group)), C(seed) (default the first host) and C(degree) (default 2).
-    type: dict
+  enabled:
+    description: O(stage=site). Fan out; unset, on when O(group) has more than one host.
+    type: raw
+  seed:
+    description: O(stage=site). The seed; unset, the first host in inventory order. It must be a host of the run.
+    type: str
+  degree:
+    description: O(stage=site). Children per host in the fan-out tree (1 = chain).
+    type: raw
+    default: 2
   layout:
-    description: O(stage=fanout_result). The layout from O(stage=site).
+    description:
+      - O(stage=site), O(stage=report). A layout decided already (the preflight's); only checked against the hosts.
+      - O(stage=jobs), O(stage=fanout_result). The layout of this run.
     type: dict
-  jobs:
-    description: O(stage=fanout_result). The finished jobs of this host, in the order of O(repos).
+  plans:
+    description: O(stage=outcome). This host's plan results (C(hf_download) check mode), in repository order.
+    type: list
+    elements: dict
+  listings:
+    description: O(stage=outcome). The seed's listing results (C(hf_fanout_fetch mode=list)), in repository order.
+    type: list
+    elements: dict
+  started:
+    description: O(stage=jobs), O(stage=outcome). The registered async loops of this host (one result per repository each).
+    type: list
+    elements: dict
+  finished:
+    description: O(stage=outcome), O(stage=fanout_result). The final job results (C(hf_download_wait)'s C(jobs)).
     type: list
     elements: dict
   port:
@@ -147,8 +172,7 @@ EXAMPLES = r"""
     stage: report
     group: "{{ groups['ct200'] }}"
     hosts: "{{ query('ansible.builtin.inventory_hostnames', ansible_limit | default('ct200')) }}"
-    site_vars: {enabled: fanout_enabled, seed: fanout_seed, degree: fanout_degree}
-    host_vars: {runtime: sglang_runtime_preflight, hub: ct200_hub, plan: ct200_preflight_plan}
+    host_vars: {site: ct200_site.layout, runtime: sglang_runtime_preflight, hub: ct200_hub, plan: ct200_preflight_plan}
     host_checks: [sglang_runtime_preflight.failed_checks]
   register: plan
 
@@ -185,8 +209,8 @@ list_repos:
   type: list
   elements: dict
 commits:
-  description: O(stage=hub), O(stage=report). Repository id -> commit.
-  returned: stage=hub or stage=report
+  description: O(stage=hub), O(stage=report) repository id -> commit; O(stage=outcome) repository name -> commit.
+  returned: stage=hub or stage=report or stage=outcome
   type: dict
 listings:
   description: O(stage=hub). Repository id -> tree of the commit.
@@ -197,17 +221,17 @@ access:
   returned: stage=hub
   type: dict
 plan_ready:
-  description: O(stage=hub). Access proven: the hosts may plan their downloads.
+  description: O(stage=hub). Whether access is proven, so the hosts may plan their downloads.
   returned: stage=hub
   type: bool
 requirements:
-  description: O(stage=disk). C({label, path, bytes}) per planned repository.
-  returned: stage=disk
+  description: O(stage=host_plan). C({label, path, bytes}) per planned repository.
+  returned: stage=host_plan
   type: list
   elements: dict
 planned:
-  description: O(stage=disk). Repository ids planned (a commit in the result).
-  returned: stage=disk
+  description: O(stage=host_plan). Repository ids planned (a commit in the result).
+  returned: stage=host_plan
   type: list
   elements: str
 rows:
@@ -248,6 +272,43 @@ peers:
   description: O(stage=site). Repository name -> C({name, url}) of every host's weight server.
   returned: stage=site
   type: dict
+fan_out:
+  description: O(stage=site). Whether this run fans out (the layout says so and something is to be fetched).
+  returned: stage=site
+  type: bool
+seed:
+  description: O(stage=site). The seed, or null.
+  returned: stage=site
+  type: str
+addresses:
+  description: O(stage=site). Host -> the address its weight server listens on (fan-out).
+  returned: stage=site
+  type: dict
+models:
+  description: O(stage=site). C({name, path}) of the directories a weight server serves.
+  returned: stage=site
+  type: list
+  elements: dict
+to_download:
+  description: O(stage=host_plan). Names of the repositories with files to download.
+  returned: stage=host_plan
+  type: list
+  elements: str
+lines:
+  description: O(stage=host_plan), O(stage=outcome). One line per repository.
+  returned: stage=host_plan or stage=outcome
+  type: list
+  elements: str
+jobs:
+  description: O(stage=jobs). C({jid, label, progress_file}) per started job.
+  returned: stage=jobs
+  type: list
+  elements: dict
+failures:
+  description: O(stage=outcome). One line per repository that did not complete.
+  returned: stage=outcome
+  type: list
+  elements: str
 ansible_facts:
   description: O(stage=fanout_result). C(ct200_fanout) with C(seed), C(role), C(repos), C(verified).
   returned: stage=fanout_result

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.ct200.deploy.plugins.module_utils.site_plan import site_layout
+
 REPO = Path(__file__).resolve().parents[2]
 GB = 10**9
 LACKS = {"fanout2-a": 600 * GB, "fanout2-b": 600 * GB, "fanout2-c": 0}  # the third host is complete already
@@ -29,18 +31,19 @@ HUB = {"commits": {"o/target": "c" * 40}, "listings": {}, "fetch": ["o/target"],
                   "repos": [{"repo_id": "o/target", "access": "granted"}], "denied": []}, "plan_ready": True}
 
 
-def registered(bytes_to_fetch):
-    """What the gather play leaves on a host that lacks BYTES_TO_FETCH."""
+def registered(bytes_to_fetch, layout):
+    """What the gather play leaves on a host that lacks BYTES_TO_FETCH (ct200_site: its first task's layout)."""
     plan = {"results": [{"item": {"repo_id": "o/target"}, "commit": "c" * 40, "bytes_to_download": bytes_to_fetch}]}
-    return {"sglang_runtime_preflight": RUNTIME, "ct200_site_token": {"problem": None}, "ct200_hub": HUB,
+    return {"ct200_site": {"layout": layout}, "sglang_runtime_preflight": RUNTIME, "ct200_site_token": {"problem": None}, "ct200_hub": HUB,
             "ct200_hub_token_query": {"fingerprint": "sha256:aaaaaaaaaaaa"}, "ct200_preflight_plan": plan,
             "ct200_preflight_disk": {"filesystems": [{"free_bytes": 2000 * GB}]},
             "ct200_preflight_fit": {"fit": {"pool_tokens": 1000, "context_length": 262144}}}
 
 
 def report(tmp_path, group_vars, *extra):
+    layout = site_layout(list(LACKS), None, group_vars.get("fanout_enabled"), group_vars.get("fanout_seed"))
     inventory = {"all": {"children": {"ct200": {
-        "hosts": dict((h, dict(registered(n), ansible_connection="local")) for h, n in LACKS.items()),
+        "hosts": dict((h, dict(registered(n, layout), ansible_connection="local")) for h, n in LACKS.items()),
         "vars": group_vars}}}}
     (tmp_path / "inventory.yml").write_text(yaml.safe_dump(inventory))
     out = tmp_path / "preflight.json"
@@ -71,7 +74,7 @@ def test_fanout_counts_the_hub_bytes_once_on_the_seed(tmp_path, group_vars, extr
 
 
 def test_without_fanout_every_host_counts_its_own_hub_bytes(tmp_path):
-    data, out = report(tmp_path, {}, "-e", "fanout_enabled=false")
+    data, out = report(tmp_path, {"fanout_enabled": False})
     assert data["site"] == {"fanout": False, "seed": None, "hub_bytes": sum(LACKS.values()), "peer_bytes": 0}
     assert all(r["fetch_from"] == "hub" and r["hub_bytes"] == LACKS[r["host"]] for r in data["hosts"])
     assert "no fan-out: every host fetches from the Hub, 1200.00 GB in all" in out

@@ -117,9 +117,13 @@ def test_hub_facts_access_not_needed_or_not_checked():
     assert not sp.hub_facts({}, dict(OK_ACCESS, denied=["o/d"]), {}, ["o/t"], None)["plan_ready"]
 
 
-def test_disk_needs_per_planned_repository():
-    got = sp.disk_needs({"results": plan(target=5)["results"] + [{"skipped": True, "item": {"repo_id": "o/d"}}]})
-    assert got == {"requirements": [{"label": "target o/t", "path": "/m/o/t", "bytes": 5}], "planned": ["o/t"]}
+def test_host_plan_needs_per_planned_repository():
+    results = plan(target=5)["results"] + [{"skipped": True, "item": {"repo_id": "o/d"}}]
+    results[0].update(files=3, files_to_download=1, bytes_total=7 * GB)
+    got = sp.host_plan({"results": results})
+    assert got["requirements"] == [{"label": "target o/t", "path": "/m/o/t", "bytes": 5}]
+    assert (got["planned"], got["to_download"]) == (["o/t"], ["target"])
+    assert got["lines"] == ["target o/t@cccccccccccc: 1 of 3 files, 0.0 of 7.0 GB to fetch"]
 
 
 # ---- failed checks: generic sources, cause and fix
