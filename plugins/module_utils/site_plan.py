@@ -54,7 +54,7 @@ ARGUMENT_SPEC = dict(
     listed=dict(type="dict"),
     fetch=dict(type="list", elements="str"),
     listings=dict(type="list", elements="dict"),
-    token_problem=dict(type="str"),
+    token_problem=dict(type="str", no_log=False),  # a message, not a secret
     plan=dict(type="dict"),
     enabled=dict(type="raw"),
     seed=dict(type="str"),

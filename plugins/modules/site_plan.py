@@ -321,7 +321,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.site_plan import ARGU
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     module.fail_json(msg="ct200.deploy.site_plan is an action plugin: it runs on the controller, "
                          "call it as a task, not as a module on a host")
 
