@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: site_plan
 short_description: The site's decisions (host order, seed, fan-out, bytes, failed checks, report) in one place
-version_added: "0.3.0"
+version_added: "0.2.0"
 description:
   - "Action plugin (runs on the controller, contacts no host). The preflight (C(playbooks/preflight.yml)) and the
     weights role (C(ct200.deploy.model_weights)) call it at each point where the fleet decides something; the
