@@ -57,8 +57,7 @@ class ActionModule(ActionBase):
         if not given and hosts and (args.get("host_vars") or {}).get("site"):
             given = _lookup(self._host_vars(task_vars, hosts[0]), args["host_vars"]["site"])
         if given:
-            return site_plan.site_layout(group, args.get("hosts"), given.get("fanout"), given.get("seed"),
-                                         given.get("degree") or 2)
+            return site_plan.kept_layout(given, group, args.get("hosts"))
         return site_plan.site_layout(group, args.get("hosts"), args.get("enabled"), args.get("seed"),
                                      args.get("degree") if args.get("degree") not in (None, "") else 2)
 

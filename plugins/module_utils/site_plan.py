@@ -89,8 +89,8 @@ def host_order(group, selected=None):
 
 
 def site_layout(group, selected=None, enabled=None, seed=None, degree=2):
-    """{hosts, fanout, seed, degree}: fan out when ``enabled`` (default: the group has more than one
-    host); the seed is ``seed`` (the inventory's fanout_seed) or the first host in inventory order."""
+    """{hosts, fanout, seed, pinned, degree}: fan out when ``enabled`` (default: the group has more than one
+    host); the seed is ``seed`` (the inventory's fanout_seed: pinned) or the first host in inventory order."""
     hosts = host_order(group, selected)
     fanout = _truthy(enabled) if enabled is not None else len(group or []) > 1
     try:
@@ -100,13 +100,23 @@ def site_layout(group, selected=None, enabled=None, seed=None, degree=2):
     if degree < 1:
         raise PlanError("fanout_degree must be an integer >= 1 (1 = chain), got %r; fix the inventory or the -e value"
                         % (degree,))
+    pinned = seed not in (None, "")
     if not fanout or not hosts:
-        return {"hosts": hosts, "fanout": bool(fanout and hosts), "seed": None, "degree": degree}
-    chosen = seed if seed not in (None, "") else hosts[0]
+        return {"hosts": hosts, "fanout": bool(fanout and hosts), "seed": None, "pinned": pinned, "degree": degree}
+    chosen = seed if pinned else hosts[0]
     if chosen not in hosts:
         raise PlanError("fanout_seed %r is not a host of this run (%s); name one of them in the inventory or -e"
                         % (chosen, ", ".join(hosts)))
-    return {"hosts": hosts, "fanout": True, "seed": chosen, "degree": degree}
+    return {"hosts": hosts, "fanout": True, "seed": chosen, "pinned": pinned, "degree": degree}
+
+
+def kept_layout(given, group, selected=None):
+    """A layout decided earlier in the run (the preflight's), for the hosts still in it: the same switch,
+    degree and seed; a seed chosen by order that has since failed gives way to the next host in
+    inventory order, a pinned one (fanout_seed) is refused as before."""
+    hosts = host_order(group, selected)
+    seed = given.get("seed") if given.get("pinned") or given.get("seed") in hosts else None
+    return site_layout(group, selected, given.get("fanout"), seed, given.get("degree") or 2)
 
 
 def fans_out_now(layout, fetch=None):

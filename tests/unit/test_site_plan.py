@@ -59,6 +59,16 @@ def test_fanout_decision(group, enabled, fanout):
     assert layout["seed"] == (group[0] if fanout else None)
 
 
+def test_a_kept_layout_loses_a_failed_seed_chosen_by_order_but_not_a_pinned_one():
+    by_order = sp.site_layout(GROUP)
+    assert sp.kept_layout(by_order, GROUP)["seed"] == "h3"
+    assert sp.kept_layout(by_order, ["h1", "h2"])["seed"] == "h1"
+    pinned = sp.site_layout(GROUP, seed="h3")
+    with pytest.raises(sp.PlanError, match="fanout_seed 'h3' is not a host of this run"):
+        sp.kept_layout(pinned, ["h1", "h2"])
+    assert sp.kept_layout(sp.site_layout(GROUP, enabled=False), ["h1"])["fanout"] is False
+
+
 def test_degree_below_one_is_refused_with_the_fix():
     with pytest.raises(sp.PlanError, match="fanout_degree must be an integer >= 1"):
         sp.site_layout(GROUP, None, degree="0")
