@@ -28,7 +28,7 @@ QUIET_ACTIONS = {"validate_argument_spec", "ansible.builtin.validate_argument_sp
 FINGERPRINT_FACT = "ct200_token_fingerprint"
 UNITS_FACT = "ct200_sglang_units"
 FANOUT_FACT = "ct200_fanout"
-# The action printing one progress line per download and round (model_weights, fanout_weights.yml).
+# The action printing one progress line per download and round (the model_weights role, fan-out or not).
 PROGRESS_ACTIONS = {"ct200.deploy.hf_download_wait", "hf_download_wait"}
 SOURCE_KINDS = ("parent", "peer", "seed", "hub")
 MSG_WIDTH = 160
@@ -165,8 +165,9 @@ def _count(value) -> int:
 
 
 def fanout_result(fact: dict) -> dict:
-    """The ``ct200_fanout`` fact (playbooks/fanout_weights.yml) as the summary keeps it: per repository
-    its bytes by kind of source, fallbacks, rejected sources and whether every file is verified."""
+    """The ``ct200_fanout`` fact (the model_weights role publishes it, decided by site_plan.fanout_result)
+    as the summary keeps it: per repository its bytes by kind of source, fallbacks, rejected sources and
+    whether every file is verified. The fact is read, type-checked and shortened, never decided again."""
     repos = []
     for repo in fact.get("repos") or []:
         if not isinstance(repo, dict):
@@ -179,8 +180,7 @@ def fanout_result(fact: dict) -> dict:
             "bytes_by_kind": dict((k, _count(by_kind.get(k))) for k in SOURCE_KINDS if _count(by_kind.get(k))),
             "fallbacks": _count(repo.get("fallbacks")), "rejected": _count(repo.get("rejected")),
             "msg": _one_line(repo["msg"]) if repo.get("msg") else None})
-    return {"role": fact.get("role"), "seed": fact.get("seed"), "repos": repos,
-            "verified": bool(repos) and all(r["verified"] for r in repos)}
+    return {"role": fact.get("role"), "seed": fact.get("seed"), "repos": repos, "verified": fact.get("verified") is True}
 
 
 def _mb(count: int) -> str:

@@ -461,7 +461,7 @@ class Fetcher(object):
     """Fetch the listed files of one repository into ``local_dir`` from ``sources``, in path order."""
 
     def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
-                 peer_stall=60.0, poll=0.2, stall_timeout=30.0, max_workers=4, source_attempts=2, parallel_files=4,
+                 peer_stall=60.0, poll=0.2, stall_timeout=60.0, max_workers=8, source_attempts=2, parallel_files=4,
                  progress_interval=1.0, lock_timeout=0.0, min_free_bytes=None, probe=None, clock=time.monotonic, sleep=time.sleep):
         self.local_dir = os.path.abspath(local_dir)
         self.repo_id = repo_id

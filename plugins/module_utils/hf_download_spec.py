@@ -7,6 +7,11 @@ PRIVATE to the ct200.deploy collection.  Standard library only.
 
 * ``ARGUMENT_SPEC`` is the module's argument_spec (DOCUMENTATION must describe exactly it);
 * ``LIMITS`` are the numeric ranges ``hf_transfer.Options.validate`` enforces on top;
+* ``FANOUT_SHARED`` are the options ct200.deploy.hf_fanout_fetch takes from this spec unchanged
+  (``shared_spec``), so each has one type and one default: hf_download's. The fan-out had its own
+  ``max_workers`` (4) and ``stall_timeout`` (30 s); both now follow hf_download (8 byte ranges per big
+  file, 60 s without a byte before a source is abandoned): a peer's nginx serves ranges as fast as the
+  CDN, and a parent that is merely slow keeps its child instead of sending it to the seed;
 * ``ROLE_VARS`` / ``ROLE_REPO_OPTIONS`` say which options the ct200.deploy.model_weights role
   exposes and under which variable; tests/download/test_spec.py checks that the role's
   meta/argument_specs.yml and defaults/main.yml carry the same type, choices and default.
@@ -62,6 +67,16 @@ ROLE_VARS = {
 ROLE_DEFAULT_OVERRIDES = {"model_weights_endpoint": DEFAULT_ENDPOINT}
 # options of each model_weights_repos item, passed to the module unchanged
 ROLE_REPO_OPTIONS = ("repo_id", "revision", "repo_type", "local_dir", "allow_patterns", "ignore_patterns")
+
+
+# hf_fanout_fetch's options that are hf_download's (same meaning, type and default)
+FANOUT_SHARED = ("repo_id", "repo_type", "local_dir", "revision", "allow_patterns", "ignore_patterns", "endpoint",
+                 "token", "stall_timeout", "max_workers", "lock_timeout", "min_free_bytes")
+
+
+def shared_spec(names=FANOUT_SHARED):
+    """Copies of this spec's entries for ``names`` (a module adds its own options beside them)."""
+    return dict((name, dict(ARGUMENT_SPEC[name])) for name in names)
 
 
 def default(name):

@@ -118,13 +118,17 @@ options:
     type: float
     default: 0.2
   stall_timeout:
-    description: Seconds without a single new byte after which a transfer from a source is abandoned.
+    description:
+      - Seconds without a single new byte after which a transfer from a source is abandoned.
+      - The option of M(ct200.deploy.hf_download), with its default.
     type: float
-    default: 30
+    default: 60
   max_workers:
-    description: O(mode=fetch). Parallel byte ranges of one big file from one source.
+    description:
+      - O(mode=fetch). Parallel byte ranges of one big file from one source.
+      - The option of M(ct200.deploy.hf_download), with its default.
     type: int
-    default: 4
+    default: 8
   parallel_files:
     description:
       - O(mode=fetch). Files in flight at once at most (taken in path order), so the per-file round trips of the
@@ -246,8 +250,27 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
 from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import shared_spec
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DownloadError
 from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
+
+# the options shared with hf_download come from its spec (one default each); the rest are the fan-out's own
+ARGUMENT_SPEC = dict(
+    shared_spec(),
+    mode=dict(type="str", choices=["list", "fetch"], default="fetch"),
+    commit=dict(type="str"),
+    files=dict(type="dict"),
+    peers=dict(type="list", elements="dict"),
+    host=dict(type="str"),
+    seed=dict(type="str"),
+    fanout=dict(type="int", default=1),
+    seed_fanout=dict(type="int", default=1),
+    use_hub=dict(type="bool", default=False),
+    peer_wait_timeout=dict(type="float", default=3600.0),
+    peer_stall_timeout=dict(type="float", default=60.0),
+    poll_interval=dict(type="float", default=0.2),
+    parallel_files=dict(type="int", default=4),
+)
 
 
 def _list(module):
@@ -284,33 +307,7 @@ def _fetcher(module):
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            mode=dict(type="str", choices=["list", "fetch"], default="fetch"),
-            repo_id=dict(type="str", required=True),
-            repo_type=dict(type="str", choices=["model", "dataset", "space"], default="model"),
-            local_dir=dict(type="path", required=True),
-            revision=dict(type="str", default="main"),
-            allow_patterns=dict(type="list", elements="str"),
-            ignore_patterns=dict(type="list", elements="str"),
-            commit=dict(type="str"),
-            files=dict(type="dict"),
-            peers=dict(type="list", elements="dict"),
-            host=dict(type="str"),
-            seed=dict(type="str"),
-            fanout=dict(type="int", default=1),
-            seed_fanout=dict(type="int", default=1),
-            use_hub=dict(type="bool", default=False),
-            endpoint=dict(type="str"),
-            token=dict(type="str", no_log=True),
-            peer_wait_timeout=dict(type="float", default=3600.0),
-            peer_stall_timeout=dict(type="float", default=60.0),
-            poll_interval=dict(type="float", default=0.2),
-            stall_timeout=dict(type="float", default=30.0),
-            max_workers=dict(type="int", default=4),
-            parallel_files=dict(type="int", default=4),
-            lock_timeout=dict(type="float", default=0.0),
-            min_free_bytes=dict(type="raw", default="10GB"),
-        ),
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     # credentials in an endpoint or peer URL are secrets: masked in every output, invocation included (a peer

@@ -3,8 +3,8 @@
 hf_download_wait action prints them, and the per-host fan-out result in the summary table and JSON.
 
 The events are as ansible-runner 2.4 delivers them (recorded from a run of the real action and
-set_fact on a local host, trimmed to the fields the handler reads); the fact is rendered from the
-real task of playbooks/fanout_weights.yml with Ansible's own templar.  The last test runs `ct200 deploy`
+set_fact on a local host, trimmed to the fields the handler reads); the fact is the one the model_weights
+role publishes (site_plan.fanout_result).  The last test runs `ct200 deploy`
 through ansible-runner on localhost hosts with a stand-in play (tests/cli/playbooks/fanout_progress.yml)
 that uses the real wait action.  No fleet."""
 
@@ -19,17 +19,16 @@ import time
 from pathlib import Path
 
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_progress import format_line
+from ansible_collections.ct200.deploy.plugins.module_utils.site_plan import fanout_result, site_layout
 from ct200_fleet.fleet import RunOutcome
 from ct200_fleet.progress import FleetProgress, table
 
 REPO = Path(__file__).resolve().parents[2]
-WAIT_TASK = "Wait, printing one progress line per host and repository"
-PUBLISH_TASK = "Publish this host's fan-out result"
+WAIT_TASK = "Download | wait, printing one progress line per repository every poll interval"
+PUBLISH_TASK = "Download | publish this host's fan-out result"
 MB4 = 4 * 2**20
 REPOS = [{"name": "target", "repo_id": "fo/site"}, {"name": "drafter", "repo_id": "fo/draft"}]
 
@@ -53,26 +52,11 @@ def stats(hosts):
     return {"event": "playbook_on_stats", "event_data": data}
 
 
-def trusted(value):
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {k: trusted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [trusted(v) for v in value]
-    return value
-
-
 def published_fact(host, seed, jobs):
-    """ct200_fanout as the playbook's own set_fact task renders it from the wait task's job results."""
-    play = yaml.safe_load((REPO / "playbooks" / "fanout_weights.yml").read_text())[0]
-    task = next(t for t in play["tasks"] if t["name"] == PUBLISH_TASK)
-    variables = dict(trusted(play["vars"]), inventory_hostname=host, ansible_play_hosts_all=["h0", "h1", "h2", "h3"],
-                     fanout_repos=REPOS, fanout_waited={"jobs": jobs}, ansible_check_mode=False)
-    if seed != "h0":
-        variables["fanout_seed"] = seed  # the inventory's choice
-    return Templar(loader=DataLoader(), variables=variables).template(trusted(task["ansible.builtin.set_fact"]))[
-        "ct200_fanout"]
+    """ct200_fanout as the model_weights role publishes it (ct200.deploy.site_plan stage=fanout_result)
+    from the wait task's job results."""
+    layout = site_layout(["h0", "h1", "h2", "h3"], None, seed=seed)
+    return fanout_result(host, layout, REPOS, jobs)
 
 
 def peer_job(repo_id, by_kind, fallbacks=0, files=12):
@@ -180,8 +164,8 @@ def test_ct200_deploy_through_ansible_runner_prints_and_summarizes_the_fanout(tm
     peer_repo = {"name": "target", "repo_id": "fo/site", "verified": True, "files": 12, "bytes_total": 12 * MB4,
                  "bytes_by_kind": {"parent": 12 * MB4, "peer": 0, "seed": 0, "hub": 0}, "fallbacks": 1,
                  "rejected": 0, "msg": None}
-    facts = {"cli-a": {"seed": "cli-a", "role": "seed", "repos": [seed_repo]},
-             "cli-b": {"seed": "cli-a", "role": "peer", "repos": [peer_repo]}}
+    facts = {"cli-a": {"seed": "cli-a", "role": "seed", "repos": [seed_repo], "verified": True},
+             "cli-b": {"seed": "cli-a", "role": "peer", "repos": [peer_repo], "verified": True}}
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"ct200": {"hosts": {"cli-a": local, "cli-b": local}, "vars": {
         "ct200_test_progress_file": str(progress_file), "ct200_test_fanout": facts}}}))

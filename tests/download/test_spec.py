@@ -110,3 +110,19 @@ def test_choices_are_validated_from_the_spec(tmp_path):
             opts.validate()
         for choice in spec.ARGUMENT_SPEC[name]["choices"]:
             assert choice in err.value.message
+
+
+def test_fanout_fetch_takes_the_shared_options_from_this_spec():
+    """hf_fanout_fetch declares no option of hf_download's again: same type, choices, default, no_log
+    (it had max_workers 4 and stall_timeout 30 against hf_download's 8 and 60)."""
+    from ansible_collections.ct200.deploy.plugins.modules import hf_fanout_fetch
+
+    fetch = hf_fanout_fetch.ARGUMENT_SPEC
+    both = sorted(set(fetch) & set(spec.ARGUMENT_SPEC))
+    assert both == sorted(spec.FANOUT_SHARED)
+    assert [name for name in both if fetch[name] != spec.ARGUMENT_SPEC[name]] == []
+    docs = yaml.safe_load(hf_fanout_fetch.DOCUMENTATION)["options"]
+    assert set(docs) == set(fetch)
+    problems = ["%s.%s: spec %r, docs %r" % (name, key, opt.get(key), docs[name].get(key))
+                for name, opt in fetch.items() for key in KEYS if not _same(opt.get(key), docs[name].get(key), key)]
+    assert problems == []

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""deploy_kimi uses the site fan-out when the group has more than one host (fanout_enabled switches it),
-after access is proven and before the weights play, for the same two repositories."""
+"""deploy_kimi fans the weights out when the group has more than one host (fanout_enabled switches it) and
+something is to be fetched: one weights path, the model_weights role, reading the layout the preflight
+decided (ct200_site) and its fetch list (ct200_hub.fetch); the switch itself is site_plan's."""
 
 from __future__ import annotations
 
@@ -8,27 +9,31 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar, trust_as_template
 
-PLAYS = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "deploy_kimi.yml").read_text())
+from ansible_collections.ct200.deploy.plugins.module_utils.site_plan import fans_out_now, site_layout
 
-
-def fanout_entry():
-    return next(i for i, play in enumerate(PLAYS) if play.get("ansible.builtin.import_playbook") == "fanout_weights.yml")
+REPO = Path(__file__).resolve().parents[2]
+PLAYS = yaml.safe_load((REPO / "playbooks" / "deploy_kimi.yml").read_text())
 
 
-def test_fanout_runs_after_access_and_before_the_weights_play():
-    index = fanout_entry()
-    names = [play.get("ansible.builtin.import_playbook") or play.get("name") for play in PLAYS]
-    assert names.index("verify_access.yml") < index
-    weights = next(i for i, play in enumerate(PLAYS) if any(
+def weights_play():
+    return next(play for play in PLAYS if any(
         (role.get("role") if isinstance(role, dict) else role) == "ct200.deploy.model_weights"
         for role in play.get("roles", [])))
-    assert index < weights
-    repos = PLAYS[index]["vars"]["fanout_repos"]
-    wanted = PLAYS[weights]["roles"][0]["vars"]["model_weights_repos"]
-    assert [(r["repo_id"], r["local_dir"]) for r in repos] == [(r["repo_id"], r["local_dir"]) for r in wanted]
+
+
+def test_one_weights_path_after_access_reading_the_preflight_decisions():
+    names = [play.get("ansible.builtin.import_playbook") or play.get("name") for play in PLAYS]
+    assert "fanout_weights.yml" not in names
+    assert names.index("verify_access.yml") < names.index(weights_play()["name"])
+    role_vars = weights_play()["roles"][0]["vars"]
+    assert "ct200_site.layout" in role_vars["model_weights_site"]
+    assert "ct200_hub.fetch" in role_vars["model_weights_fetch"]
+    preflight = yaml.safe_load((REPO / "playbooks" / "preflight.yml").read_text())[0]["tasks"]
+    site = next(t for t in preflight if (t.get("ct200.deploy.site_plan") or {}).get("stage") == "site")
+    assert site["register"] == "ct200_site" and site["run_once"] is True
+    assert "fanout_enabled" in site["ct200.deploy.site_plan"]["enabled"]
+    assert "fanout_seed" in site["ct200.deploy.site_plan"]["seed"]
 
 
 @pytest.mark.parametrize("hosts,switch,fetch,expected", [
@@ -41,14 +46,5 @@ def test_fanout_runs_after_access_and_before_the_weights_play():
     (["a", "b"], None, [], False),
 ])
 def test_fanout_switch(hosts, switch, fetch, expected):
-    """Every condition of the import must hold; an empty fetch list (nothing to download) skips it."""
-    variables = {"groups": {"ct200": hosts}}
-    if switch is not None:
-        variables["fanout_enabled"] = switch
-    if fetch is not None:
-        variables["ct200_hub"] = {"fetch": fetch}
-    templar = Templar(loader=DataLoader(), variables=variables)
-    conditions = PLAYS[fanout_entry()]["when"]
-    conditions = conditions if isinstance(conditions, list) else [conditions]
-    results = [templar.evaluate_conditional(trust_as_template(c)) for c in conditions]
-    assert all(results) is expected
+    """Fan out when enabled (default: more than one host) and something is to be fetched (unknown: yes)."""
+    assert fans_out_now(site_layout(hosts, None, switch), fetch) is expected

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""playbooks/fanout_weights.yml end to end over SSH on the 8-host fleet (each host in its own network
+"""playbooks/fanout_weights.yml (the model_weights role fanning out) end to end over SSH on the 8-host fleet (each host in its own network
 namespace, the Hub in another one behind a slower link).
 
 One repository of 8 LFS shards: the seed downloads it from the Hub, the seven others fetch it from their
@@ -87,7 +87,7 @@ def test_fanout_playbook_one_hub_copy_every_host_verified_servers_removed(site, 
         "fanout_hosts": "ct200",
         "fanout_degree": 2,
         "fanout_poll_interval": 1,
-        "fanout_repos": [{"name": "fo", "repo_id": REPO_ID, "revision": "main", "local_dir": LOCAL_DIR}],
+        "model_weights_repos": [{"name": "fo", "repo_id": REPO_ID, "revision": "main", "local_dir": LOCAL_DIR}],
     }))
     run = fleet.run_playbook(PLAYBOOK, extra_vars_file=extra, env=env, timeout=1800)
     assert run.rc == 0, run.out[-6000:]
@@ -112,5 +112,5 @@ def test_fanout_playbook_one_hub_copy_every_host_verified_servers_removed(site, 
     assert delivered == sum(f.size for f in repo.files.values())  # one copy of the repository for the site
 
     for host in fleet.hosts:
-        assert host in run.out.split("Wait, printing one progress line", 1)[1], host  # per-host progress
+        assert host in run.out.split("wait, printing one progress line", 1)[1], host  # per-host progress
         assert server_left(fleet, host) == [], host

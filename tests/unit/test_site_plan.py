@@ -1,0 +1,224 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The site plan's decisions, one small named check each (plugins/module_utils/site_plan.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible_collections.ct200.deploy.plugins.module_utils import site_plan as sp
+
+GB = 10**9
+GROUP = ["h3", "h1", "h2"]  # inventory order, deliberately not sorted
+OK_ACCESS = {"auth": {"status": "ok", "user": "u", "fingerprint": "sha256:aaaaaaaaaaaa"}, "denied": [],
+             "repos": [{"repo_id": "o/t", "access": "granted"}, {"repo_id": "o/d", "access": "granted"}]}
+HUB = {"commits": {"o/t": "c" * 40, "o/d": "d" * 40}, "access": OK_ACCESS, "repos": ["o/t", "o/d"]}
+RUNTIME = {"gpu_count": 8, "gpus": [{"name": "RTX", "memory_gib": 96}] * 8, "gpu_numa": [0] * 8, "numa_nodes": 1,
+           "driver_version": "580.95.05", "cuda_driver_version": "13.0", "installed_version": "0.5.23",
+           "pinned_version": "0.5.23", "installable": True, "dflash": True, "ddtree": None, "no_gpu_standin": False}
+
+
+def plan(**lacks):
+    return {"results": [{"item": {"name": n, "repo_id": "o/" + n[0], "local_dir": "/m/o/" + n[0]}, "commit": "c" * 40,
+                         "bytes_to_download": b, "disk": {"needed_bytes": b}} for n, b in lacks.items()]}
+
+
+def row(host, bytes_to_fetch=0, checks=()):
+    return sp.host_row(host, RUNTIME, {"fingerprint": "sha256:aaaaaaaaaaaa"}, HUB, HUB["repos"],
+                       plan(target=bytes_to_fetch), {"filesystems": [{"free_bytes": 2000 * GB}]},
+                       {"fit": {"pool_tokens": 5, "context_length": 9}}, list(checks))
+
+
+# ---- host order, seed, fan-out
+
+
+@pytest.mark.parametrize("selected", [None, ["h2", "h3"], ["h2", "h3", "h2", "nobody"]])
+def test_host_order_is_inventory_order_whatever_the_selection_order(selected):
+    got = sp.host_order(GROUP, selected)
+    assert got == [h for h in GROUP if selected is None or h in selected]
+
+
+def test_seed_is_the_first_host_in_inventory_order_and_stable():
+    seeds = {sp.site_layout(GROUP, sel)["seed"] for sel in (["h1", "h3"], ["h3", "h1"], {"h1", "h3"})}
+    assert seeds == {"h3"}
+
+
+def test_inventory_seed_wins_and_must_be_a_host_of_the_run():
+    assert sp.site_layout(GROUP, None, seed="h2")["seed"] == "h2"
+    with pytest.raises(sp.PlanError, match="fanout_seed 'h9' is not a host of this run"):
+        sp.site_layout(GROUP, None, seed="h9")
+
+
+@pytest.mark.parametrize("group,enabled,fanout", [
+    (["a"], None, False), (["a", "b"], None, True), (["a", "b"], False, False), (["a", "b"], "false", False),
+    (["a"], True, True), (["a", "b"], "yes", True)])
+def test_fanout_decision(group, enabled, fanout):
+    layout = sp.site_layout(group, None, enabled)
+    assert layout["fanout"] is fanout
+    assert layout["seed"] == (group[0] if fanout else None)
+
+
+def test_a_kept_layout_loses_a_failed_seed_chosen_by_order_but_not_a_pinned_one():
+    by_order = sp.site_layout(GROUP)
+    assert sp.kept_layout(by_order, GROUP)["seed"] == "h3"
+    assert sp.kept_layout(by_order, ["h1", "h2"])["seed"] == "h1"
+    pinned = sp.site_layout(GROUP, seed="h3")
+    with pytest.raises(sp.PlanError, match="fanout_seed 'h3' is not a host of this run"):
+        sp.kept_layout(pinned, ["h1", "h2"])
+    assert sp.kept_layout(sp.site_layout(GROUP, enabled=False), ["h1"])["fanout"] is False
+
+
+def test_degree_below_one_is_refused_with_the_fix():
+    with pytest.raises(sp.PlanError, match="fanout_degree must be an integer >= 1"):
+        sp.site_layout(GROUP, None, degree="0")
+
+
+def test_source_is_hub_for_the_seed_and_without_fanout():
+    on = sp.site_layout(GROUP)
+    off = sp.site_layout(GROUP, enabled=False)
+    assert [sp.source_of(on, h) for h in GROUP] == ["hub", "peers", "peers"]
+    assert [sp.source_of(off, h) for h in GROUP] == ["hub"] * 3
+
+
+# ---- token, fetch list, hub facts
+
+
+def test_token_fingerprint_and_never_the_token():
+    got = sp.token_status(" hf_secret\n")
+    assert got == {"problem": None, "fingerprint": "sha256:" + __import__("hashlib").sha256(b"hf_secret").hexdigest()[:12]}
+    assert "hf_secret" not in json.dumps(got)
+
+
+def test_missing_vault_names_the_vault_file():
+    assert "inventories/ct200/group_vars/ct200/vault.yml is missing" in sp.token_status(None, False, "/x/inventories/ct200")[
+        "problem"]
+    assert sp.token_status("  ", True)["problem"] == "no Hub token: ct200_hf_token is empty"
+
+
+def probe(*complete):
+    return {"results": [{"item": {"repo_id": r}, "planning": "manifest" if r in complete else "hub"} for r in ("o/t", "o/d")]}
+
+
+def test_fetch_list_in_repo_order_and_access_only_when_needed():
+    tokens = {"h1": {"fingerprint": "sha256:x"}, "h2": {"fingerprint": "sha256:x"}}
+    got = sp.fetch_plan(["o/t", "o/d"], ["h1", "h2"], {"h1": probe("o/t"), "h2": probe("o/t", "o/d")}, tokens,
+                        "sha256:x", "/models", "/cache", {"o/t": "c" * 40, "o/d": "d" * 40})
+    assert got["fetch"] == ["o/d"] and got["prove_access"] is True
+    assert got["list_repos"] == [{"repo_id": "o/d", "revision": "d" * 40}]
+    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/models/o/t", "o/d": "/cache/o/d"}
+    done = sp.fetch_plan(["o/t", "o/d"], ["h2"], {"h2": probe("o/t", "o/d")}, tokens, "sha256:x", "/m", "/c")
+    assert (done["fetch"], done["prove_access"]) == ([], False)
+    other_token = sp.fetch_plan(["o/t"], ["h2"], {"h2": probe("o/t", "o/d")}, {"h2": {"fingerprint": "sha256:y"}},
+                                "sha256:x", "/m", "/c")
+    assert other_token["prove_access"] is True
+
+
+def test_a_host_without_a_probe_lacks_everything():
+    got = sp.fetch_plan(["o/t"], ["h1"], {}, {}, "sha256:x", "/m", "/c")
+    assert got["hosts"]["h1"]["incomplete"] == ["o/t"] and got["hosts"]["h1"]["token_in_place"] is False
+
+
+def test_hub_facts_access_not_needed_or_not_checked():
+    skipped = {"skipped": True}
+    assert sp.hub_facts({}, skipped, skipped, [], None)["access"]["not_needed"] is True
+    assert sp.hub_facts({}, skipped, skipped, [], "no Hub token")["access"] == {"msg": "access not checked"}
+    assert sp.hub_facts({"commits": {"o/t": "c"}}, OK_ACCESS, {"listings": {"o/t": []}}, ["o/t"], None)["plan_ready"]
+    assert not sp.hub_facts({}, dict(OK_ACCESS, denied=["o/d"]), {}, ["o/t"], None)["plan_ready"]
+
+
+def test_host_plan_needs_per_planned_repository():
+    results = plan(target=5)["results"] + [{"skipped": True, "item": {"repo_id": "o/d"}}]
+    results[0].update(files=3, files_to_download=1, bytes_total=7 * GB)
+    got = sp.host_plan({"results": results})
+    assert got["requirements"] == [{"label": "target o/t", "path": "/m/o/t", "bytes": 5}]
+    assert (got["planned"], got["to_download"]) == (["o/t"], ["target"])
+    assert got["lines"] == ["target o/t@cccccccccccc: 1 of 3 files, 0.0 of 7.0 GB to fetch"]
+
+
+# ---- failed checks: generic sources, cause and fix
+
+
+def test_generic_check_lists_keep_only_the_failed_ones():
+    fabric = [{"check": "nvlink", "ok": True, "value": "ok"},
+              {"check": "xid", "ok": False, "value": 79, "cause": "GPU 3 fell off the bus (Xid 79)", "fix": "reseat"}]
+    legacy = [{"check": "gpus", "cause": "4 GPU(s) found", "fix": "more GPUs"}]
+    got = sp.failed_checks([("fabric", fabric), ("runtime", legacy)], None, HUB, 2, plan(), {}, {"fit": {}})
+    assert got == [{"check": "xid", "cause": "GPU 3 fell off the bus (Xid 79)", "fix": "reseat"},
+                   {"check": "gpus", "cause": "4 GPU(s) found", "fix": "more GPUs"}]
+
+
+@pytest.mark.parametrize("token_problem,hub,check", [
+    ("no Hub token: x", HUB, "token"),
+    (None, dict(HUB, commits={}, resolve_msg="404"), "hub"),
+    (None, dict(HUB, access={"msg": "access not checked"}), "access"),
+    (None, dict(HUB, access=dict(OK_ACCESS, denied=["o/d"], msg="o/d: not_requested")), "access"),
+])
+def test_controller_verdicts_become_one_check(token_problem, hub, check):
+    got = sp.failed_checks([], token_problem, hub, 2, plan(), {}, {"fit": {}})
+    assert [c["check"] for c in got] == [check] and all(c["cause"] and c["fix"] for c in got)
+
+
+def test_plan_disk_fit_failures_carry_cause_and_fix():
+    failed_plan = {"results": [{"item": {"repo_id": "o/t"}, "failed": True, "msg": "403"}]}
+    got = sp.failed_checks([], None, HUB, 2, failed_plan, {"failed": True, "msg": "need 9 GB more"},
+                           {"failed": True, "msg": "KV pool too small"})
+    assert [(c["check"], c["cause"]) for c in got] == [("plan", "o/t: 403"), ("disk", "need 9 GB more"),
+                                                       ("fit", "KV pool too small")]
+
+
+def test_fit_not_checked_is_a_failure_only_alone():
+    assert [c["check"] for c in sp.failed_checks([], None, HUB, 2, plan(), {}, {"skipped": True})] == ["fit"]
+    assert [c["check"] for c in sp.failed_checks([], "no token", HUB, 2, plan(), {}, {"skipped": True})] == ["token"]
+
+
+# ---- rows, table, JSON
+
+
+def test_report_bytes_per_host_by_source_and_site_totals():
+    rows = [row("h3", 600 * GB), row("h1", 600 * GB), row("h2", 0)]
+    got = sp.report(rows, sp.site_layout(GROUP))
+    assert [(r["fetch_from"], r["hub_bytes"], r["peer_bytes"]) for r in got["rows"]] == [
+        ("hub", 600 * GB, 0), ("peers", 0, 600 * GB), ("peers", 0, 0)]
+    assert got["site"] == {"fanout": True, "seed": "h3", "hub_bytes": 600 * GB, "peer_bytes": 600 * GB}
+    assert got["site_line"].startswith("fan-out: the seed h3 fetches 600.00 GB from the Hub, once for the site")
+
+
+def test_unreachable_and_refused_rows_in_table_json_and_failure():
+    rows = [row("h3", 1 * GB, [{"check": "gpus", "cause": "4 GPU(s) found", "fix": "more GPUs"}]), sp.unreachable_row("h1")]
+    got = sp.report(rows, sp.site_layout(GROUP, enabled=False))
+    assert got["table"][0] == sp.TABLE_HEADER
+    assert got["table"][1] == ("h3 | 8 x RTX, 96 GiB, numa [0, 0, 0, 0, 0, 0, 0, 0] | 580.95.05/13.0 | 0.5.23/0.5.23 dflash | "
+                               "u (sha256:aaaaaaaaaaaa) | o/t=granted, o/d=granted | 1.0 hub / 2000.0 | 5 @ 9 | REFUSED: gpus")
+    assert got["table"][2] == "h1 | UNREACHABLE"
+    document = json.loads(got["json"])
+    assert document["ok"] is False and [h["host"] for h in document["hosts"]] == ["h3", "h1"]
+    assert got["failure"] == ("preflight failed: h3: [gpus] 4 GPU(s) found; fix: more GPUs. "
+                              "h1: [unreachable] h1 did not answer (or failed before its preflight finished); "
+                              "fix: check the connection (ssh, ansible_host) and re-run.")
+
+
+def test_all_passing_report_is_ok_without_failure():
+    got = sp.report([row("h3")], sp.site_layout(["h3"]))
+    assert got["ok"] is True and got["failure"] is None and got["table"][1].endswith("| OK")
+    assert got["site_line"] == "no fan-out: every host fetches from the Hub, 0.00 GB in all"
+
+
+# ---- fan-out
+
+
+def test_peers_in_inventory_order_with_ipv6_brackets():
+    got = sp.peer_list(["a", "b"], {"a": "10.0.0.1", "b": "fd00::2"}, {"a": 8790, "b": 9000}, "target")
+    assert got == [{"name": "a", "url": "http://10.0.0.1:8790/target"}, {"name": "b", "url": "http://[fd00::2]:9000/target"}]
+
+
+def test_fanout_result_seed_counts_hub_bytes_and_a_failed_job_is_not_verified():
+    layout = sp.site_layout(["h0", "h1"])
+    repos = [{"name": "target", "repo_id": "o/t"}, {"name": "drafter", "repo_id": "o/d"}]
+    seed = sp.fanout_result("h0", layout, repos, [{"finished": 1, "bytes_downloaded": 7, "files": 2, "bytes_total": 7},
+                                                  {"finished": 1, "bytes_downloaded": 0}])
+    assert (seed["role"], seed["verified"], seed["repos"][0]["bytes_by_kind"]) == ("seed", True, {"hub": 7})
+    peer = sp.fanout_result("h1", layout, repos, [{"finished": 1, "bytes_by_kind": {"parent": 7}, "fallbacks": [{}]},
+                                                  {"finished": 1, "failed": True, "msg": "no source"}])
+    assert (peer["role"], peer["verified"]) == ("peer", False)
+    assert peer["repos"][0]["fallbacks"] == 1 and peer["repos"][1]["msg"] == "no source"
