@@ -6,7 +6,8 @@ weights as the whole deploy, or it would change them. The first full run on the 
 the runtime and serves; `--tags preflight` alone touches nothing after the preflight (regression: it
 crashed on 'model_weights_plan'). The refusals of the sub-tags that cannot work alone are proven in
 test_role_failures.py (hf_token_configure never installs an unvalidated token, sglang_service_run
-without its unit). Cost: about 17 s per phase tag, 5-10 s per sub-tag (no fleet preflight)."""
+without its unit). Cost: one deploy_kimi.yml run per listed tag, about 25 runs (the phase tags were
+7 runs, 119 s on a quiet machine); the sub-tags skip the fleet preflight."""
 
 import os
 import re
