@@ -96,8 +96,9 @@ def _add_promotion(parser) -> None:
                        help="controller file the inventory reads its current token from (ct200_hf_token_file): "
                             "promoted by playbooks/promote_hf_token.yml, previous kept as a 0600 backup")
     group.add_argument("--vault-file", metavar="FILE",
-                       help="variable file holding the inventory's current token (plain or ansible-vault): "
-                            "rewritten atomically, previous kept as <var>_previous")
+                       help="variable file holding the inventory's current token (ansible-vault, or plain text "
+                            "readable by its owner only): rewritten atomically by playbooks/promote_hf_token.yml, "
+                            "previous kept as <var>_previous")
     parser.add_argument("--vault-var", default="vault_hf_token", metavar="NAME",
                         help="variable of the current token in --vault-file (default: %(default)s)")
 
@@ -291,7 +292,7 @@ def run_command(session: Session) -> int:
         summary = summarize(args, args.command, playbook, outcome, session.pdd)
         if getattr(args, "promote", False):
             if outcome.ok and not args.check:
-                summary["promotion"] = promote(session, fleet_proven=True)
+                summary["promotion"] = promote(session)
                 summary["ok"] = summary["promotion"]["ok"]
             else:
                 print("not promoted: the rotation did not succeed on every host; the inventory keeps its "
@@ -303,37 +304,33 @@ def run_command(session: Session) -> int:
     return EXIT_OK if summary["ok"] else EXIT_FAILED
 
 
-def promote(session: Session, fleet_proven: bool = False) -> dict:
-    """Promotion through promote_hf_token.yml (token file inventories) or the vault file rewrite.
-
-    Either way every host must already hold the pending token: the playbook checks it itself;
-    for a vault file, the rotation that just succeeded proved it, or token_drift.yml does."""
-    from ct200_fleet.promote import promote as promote_vault_file
-
+def promote(session: Session) -> dict:
+    """Promotion through playbooks/promote_hf_token.yml, for a controller token file and a vault file alike
+    (one implementation: ct200.deploy.hf_token_promote). The playbook first proves that every host
+    already holds the pending token (token_drift.yml) and that the Hub accepts it."""
     args, out = session.args, session.out
+    path = os.path.abspath(args.current_token_file or args.vault_file)
+    result_path = session.pdd.report_path("promotion")
+    extravars = {"ct200_promotion_json": result_path}
     if args.current_token_file:
-        outcome = session.run("promote-token", extravars={"ct200_hf_token_file": os.path.abspath(args.current_token_file)})
-        report(outcome, out)
-        print(("promoted: the inventory's current token (%s) is now the rotated one" if outcome.ok else
-               "not promoted: %s keeps the previous token") % args.current_token_file, file=out)
-        return {"ok": outcome.ok, "method": "promote_hf_token.yml", "path": os.path.abspath(args.current_token_file),
-                "rc": outcome.rc, "hosts": [h.as_dict() for h in outcome.hosts]}
-    result = {"method": "vault-file"}
-    if not fleet_proven:
-        outcome = session.run("drift")
-        report(outcome, out)
-        result["hosts"] = [h.as_dict() for h in outcome.hosts]
-        if not outcome.ok:
-            print("not promoted: not every host holds the rotated token (see above); %s is unchanged"
-                  % args.vault_file, file=out)
-            return dict(result, ok=False)
-    result.update(promote_vault_file(args.vault_file, session.token, var=args.vault_var,
-                                     vault_password_file=args.vault_password_file))
-    verb = "promoted" if result["changed"] else "already current"
-    print("%s: %s %s -> %s in %s (previous kept as %s_previous)" % (
-        verb, result["var"], result["previous_fingerprint"], result["fingerprint"], result["path"], result["var"]),
-        file=out)
-    return dict(result, ok=True)
+        extravars["ct200_hf_token_file"] = path
+    else:
+        extravars.update(ct200_vault_file=path, ct200_vault_var=args.vault_var)
+    outcome = session.run("promote-token", extravars=extravars)
+    report(outcome, out)
+    result = {"ok": outcome.ok, "method": "promote_hf_token.yml", "path": path, "rc": outcome.rc,
+              "hosts": [h.as_dict() for h in outcome.hosts]}
+    if outcome.ok and os.path.exists(result_path):
+        with open(result_path, encoding="utf-8") as handle:
+            result.update(json.load(handle), ok=True)
+        verb = "promoted" if result["changed"] else "already current"
+        print("%s: %s %s -> %s in %s (%s)" % (
+            verb, result.get("var", "the token file"), result["previous_fingerprint"], result["fingerprint"], path,
+            "previous kept as %s_previous" % result["var"] if result["target"] == "vars_file"
+            else "previous kept in %s" % result.get("backup_file", "no backup: there was none")), file=out)
+    else:
+        print("not promoted: %s keeps the previous token (see above)" % path, file=out)
+    return result
 
 
 def main(argv=None, stdin=None, out=None) -> int:

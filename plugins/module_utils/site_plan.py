@@ -20,8 +20,9 @@ metadata, and nothing in YAML decides again.  One function per question:
 
 from __future__ import annotations
 
-import hashlib
 import json
+
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import fingerprint
 
 GB = 1e9
 TABLE_HEADER = ("host | gpus (model, GiB, numa) | driver/cuda | sglang (installed/pinned, dialect) | token user (fingerprint)"
@@ -133,8 +134,7 @@ def source_of(layout, host):
 def token_status(token, vault_defined=True, inventory_dir=""):
     """{problem, fingerprint}: problem is None for a usable token (never returned itself)."""
     if token is not None and str(token).strip():
-        digest = hashlib.sha256(str(token).strip().encode("utf-8")).hexdigest()[:12]
-        return {"problem": None, "fingerprint": "sha256:" + digest}
+        return {"problem": None, "fingerprint": fingerprint(str(token).strip())}
     if not vault_defined:
         where = "inventories/%s/group_vars/ct200/vault.yml" % (inventory_dir.rstrip("/").rsplit("/", 1)[-1] or "?")
         problem = ("no Hub token: vault_hf_token is not defined -- %s is missing or not decrypted (create it from "

@@ -135,3 +135,22 @@ def test_forks_reach_ansible(tmp_path, forks):
     assert code == 0, out + err
     command = json.loads(next((pdd / "artifacts").iterdir()).joinpath("command").read_text())["command"]
     assert command[command.index("--forks") + 1] == forks
+
+
+def test_status_fingerprint_is_the_collections_one(tmp_path):
+    """`ct200 status` reads the fingerprint through hf_token state=query (it hashed the file with its
+    own inline Python before): the same value as hf_auth.fingerprint, surrounding whitespace ignored."""
+    from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import fingerprint
+    from localhub.personas import token_for
+
+    token_path = tmp_path / "token"
+    token_path.write_text("  %s\n" % token_for("granted"))
+    token_path.chmod(0o600)
+    inv = inventory(tmp_path, {"cli-a": dict(LOCAL, rotate_token_path=str(token_path)), "cli-b": LOCAL})
+    summary = tmp_path / "summary.json"
+    code, out, err = ct200("status", "-i", inv, "--json", str(summary))
+    assert code == 0, out + err
+    hosts = {h["host"]: h for h in json.loads(summary.read_text())["hosts"]}
+    assert hosts["cli-a"]["fingerprint"] == fingerprint(token_for("granted"))
+    assert hosts["cli-b"]["fingerprint"] == "none"
+    assert token_for("granted") not in out + err

@@ -156,3 +156,56 @@ def test_sglang_runtime_proof_fails_the_role_on_a_cpu_torch_and_passes_the_stand
     assert rc == 0, out[-3000:]
     assert "torch_cuda: NOT PROVEN (not proven: CPU stand-in" in " ".join(out.split())
     assert (view / ".ct200-sglang-runtime-proven").read_text() == (view / ".ct200-sglang-runtime").read_text()
+
+
+TAGGED_PLAY = """
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  roles:
+    - role: %(role)s
+      vars:
+%(vars)s
+"""
+
+
+def run_role_tag(tmp_path, role, role_vars, tag):
+    """The role as a play's role (how a user's playbook runs it), with one sub-tag selected."""
+    body = "\n".join("        %s: %s" % (k, v) for k, v in role_vars.items())
+    play = tmp_path / "tagged-play.yml"
+    play.write_text(TAGGED_PLAY % {"role": role, "vars": body})
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_INVENTORY_UNPARSED_FAILED="false")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    proc = subprocess.run(["ansible-playbook", str(play), "--tags", tag], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_hf_token_configure_tag_alone_never_installs_an_unvalidated_token(tmp_path, local_hub):
+    """Regression: `--tags configure` skipped the validation task and installed with validate: false."""
+    from localhub.personas import token_for
+
+    path = tmp_path / "hf" / "token"
+    role_vars = {"hf_token_path": str(path), "hf_token_owner": "root", "hf_token_endpoint": local_hub.url,
+                 "hf_token_python": "'{{ ansible_playbook_python }}'"}
+    rc, out = run_role_tag(tmp_path, "ct200.deploy.hf_token", dict(role_vars, hf_token_value=token_for("invalid")),
+                           "hf_token_configure")
+    assert rc != 0, out[-3000:]
+    assert "token not installed on any host" in out and token_for("invalid") not in out
+    assert not path.exists()
+    rc, out = run_role_tag(tmp_path, "ct200.deploy.hf_token", dict(role_vars, hf_token_value=token_for("granted")),
+                           "hf_token_configure")
+    assert rc == 0, out[-3000:]
+    assert path.read_text().strip() == token_for("granted")
+
+
+def test_sglang_service_run_tag_alone_refuses_an_instance_without_its_unit(tmp_path):
+    rc, out = run_role_tag(tmp_path, "ct200.deploy.sglang_service", {
+        "sglang_service_unit_dir": str(tmp_path / "units"), "sglang_service_state_dir": str(tmp_path / "state"),
+        "sglang_service_instances": "[{name: nounit, target: /models/none, port: 30097}]"}, "sglang_service_run")
+    assert rc != 0, out[-3000:]
+    assert "sglang@nounit.service is not installed" in out
+    assert "--tags sglang_service_configure,sglang_service_run" in out
