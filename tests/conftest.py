@@ -38,7 +38,6 @@ def local_hub(tmp_path_factory):
         yield hub
 
 
-
 # Parallel runs (scripts/run-tests.sh: pytest-xdist -n N --dist loadgroup --no-loadscope-reorder).
 # Tests that share an expensive fixture run on one worker, in collection order, so it is built once
 # and no two copies of its hosts clash: each session fixture below, else the module (module-scoped
