@@ -99,6 +99,15 @@ def pytest_xdist_make_scheduler(config, log):
                     self.units.update(json.load(fh))
             return self.units[nodeid]
 
+        def _assign_work_unit(self, node):
+            # A worker keeps a few tests queued; after a heavy unit, give it a light one when there
+            # is one, so that two heavy units never wait behind each other while another worker idles.
+            if self._pending_of(self.assigned_work.get(node, {})):
+                light = next((unit for unit in self.workqueue if unit not in HEAVY_UNITS), None)
+                if light is not None:
+                    self.workqueue.move_to_end(light, last=False)
+            super()._assign_work_unit(node)
+
     return UnitScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
 
 
