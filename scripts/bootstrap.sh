@@ -68,4 +68,13 @@ for v in 0.5.23 0.5.11; do
   log "SGLang $v parser venv"
   scripts/sglang-parse-venv.sh "$v"
 done
+
+# ansible-test's sanity venvs (pylint, validate-modules, ...): tools like the ones above, made
+# once for this ansible-core, so that the suite's sanity test only tests.
+sanity_stamp="$(.venv/bin/ansible-test --version 2>/dev/null) $(sha256sum tests/support/ansible_test_get_pip.py | cut -c1-16)"
+if [[ "$(cat .cache/ansible-test-home/.ct200-stamp 2>/dev/null)" != "$sanity_stamp" ]]; then
+  log "ansible-test sanity venvs"
+  .venv/bin/python tests/support/sanity_tree.py --prime-venvs
+  echo "$sanity_stamp" > .cache/ansible-test-home/.ct200-stamp
+fi
 log "ready"

@@ -43,7 +43,15 @@ if ((${#fetched[@]})); then
   echo "local-apt-repo: apt-get download ${fetched[*]}"
   (cd "${DEST}" && timeout 300 apt-get download -q "${fetched[@]}")
 fi
-(cd "${DEST}" && dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages.tmp && mv Packages.tmp Packages \
-   && gzip -9nc Packages > Packages.gz)
-echo 'deb [trusted=yes] file:/srv/apt-repo ./' > "${DEST}/sources.list"
+# Sandbox hosts may be reading these files right now (tests run side by side, and sources.list is
+# bind-mounted into hosts as their /etc/apt/sources.list): rewrite them only when the set of
+# packages changed, each renamed into place whole.
+if ((${#fetched[@]})) || [[ ! -f "${DEST}/Packages.gz" ]]; then
+  (cd "${DEST}" && dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages.tmp \
+     && gzip -9nc Packages.tmp > Packages.gz.tmp && mv Packages.tmp Packages && mv Packages.gz.tmp Packages.gz)
+fi
+sources='deb [trusted=yes] file:/srv/apt-repo ./'
+if [[ "$(cat "${DEST}/sources.list" 2>/dev/null)" != "${sources}" ]]; then
+  echo "${sources}" > "${DEST}/sources.list.tmp" && mv "${DEST}/sources.list.tmp" "${DEST}/sources.list"
+fi
 echo "local-apt-repo: ${DEST}: $(grep -c '^Package:' "${DEST}/Packages") packages (asked: $*)"

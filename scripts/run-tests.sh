@@ -10,8 +10,18 @@ cd "$(dirname "$0")/.."
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 mkdir -p tests/output
 rm -f tests/output/junit.xml
+# Tests wait on sandbox hosts booting, Molecule and playbook runs: a few workers overlap those waits
+# even on 2 cores. Tests sharing a fleet or a served host stay on one worker (tests/conftest.py:
+# work_unit). CT200_TEST_WORKERS=0 runs serially.
+workers=${CT200_TEST_WORKERS:-3}
+parallel=()
+if [ "$workers" != 0 ] && python -c 'import xdist' 2>/dev/null; then
+  parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+fi
+# timeout signals the whole process group (the xdist workers too); its exit 124 is kept.
 timeout --kill-after=60 "${CT200_TEST_TIMEOUT:-4800}" \
-  python -m pytest tests -p no:cacheprovider --junitxml=tests/output/junit.xml "$@"
+  python -m pytest tests -p no:cacheprovider "${parallel[@]}" --durations=25 \
+  --junitxml=tests/output/junit.xml "$@"
 rc=$?
 python - <<'PY'
 import os, xml.etree.ElementTree as ET

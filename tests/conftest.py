@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shared test setup: the repository is the collection ct200.deploy (see docs/architecture.md)."""
 
+import json
 import os
+import shutil
 import sys
+import tempfile
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLLECTIONS = os.path.join(REPO_ROOT, "collections")
@@ -33,3 +36,81 @@ def local_hub(tmp_path_factory):
     from localhub import LocalHub
     with LocalHub(tmp_path_factory.mktemp("local-hub")) as hub:
         yield hub
+
+
+# Parallel runs (scripts/run-tests.sh: pytest-xdist -n N --dist loadgroup --no-loadscope-reorder).
+# Tests that share an expensive fixture run on one worker, in collection order, so it is built once
+# and no two copies of its hosts clash: each session fixture below, else the module (module-scoped
+# fleets, tests that rely on the one before them). Work units are handed out heaviest first, so the
+# long ones start at once and the short modules fill the gaps; a serial run keeps the same order.
+SHARED_FIXTURES = ("served_host", "ssh_fleet", "fo_site")
+# About the seconds each took on a quiet machine (--durations); the others are short.
+HEAVY_UNITS = {
+    "served_host": 450, "ssh_fleet": 420,
+    "tests/integration/test_rotation.py": 180, "tests/integration/test_hub_calls.py": 173,
+    "tests/sglang/test_molecule_sglang.py": 123, "tests/unit/test_docs_and_lint.py::test_ansible_test_sanity": 118,
+    "tests/download/test_molecule_model_weights.py": 100, "fo_site": 90,
+    "tests/unit/test_docs_and_lint.py::test_ansible_lint_production_profile": 60,
+}
+# Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
+PER_TEST_MODULES = ("tests/unit/test_docs_and_lint.py",)
+UNITS_DIR = "CT200_TEST_UNITS_DIR"  # where the workers leave the unit of each test for the scheduler
+
+
+def work_unit(item) -> str:
+    """The unit of ITEM: the first shared fixture it uses, else its module (or itself)."""
+    for name in SHARED_FIXTURES:
+        if name in item.fixturenames:
+            return name
+    module = item.nodeid.split("::", 1)[0]
+    return item.nodeid if module in PER_TEST_MODULES else module
+
+
+def pytest_configure(config):
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # the controller, before it starts the workers (they inherit the environment)
+        os.environ[UNITS_DIR] = tempfile.mkdtemp(prefix="ct200-test-units-")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: -HEAVY_UNITS.get(work_unit(item), 0))  # stable: the order within a unit is kept
+    if hasattr(config, "workerinput") and os.environ.get(UNITS_DIR):
+        # xdist's own xdist_group marks do not reach its scheduler under pytest 9 (it sets
+        # item._nodeid, which pytest 9 no longer reads): hand the units over in a file instead.
+        path = os.path.join(os.environ[UNITS_DIR], config.workerinput["workerid"] + ".json")
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump({item.nodeid: work_unit(item) for item in items}, fh)
+        os.replace(path + ".tmp", path)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: without it, never called
+def pytest_xdist_make_scheduler(config, log):
+    """loadgroup, with the units above (every worker has collected, and written its file, by now)."""
+    from xdist.scheduler import LoadGroupScheduling
+
+    class UnitScheduling(LoadGroupScheduling):
+        units: dict = {}
+
+        def _split_scope(self, nodeid):
+            if not self.units:
+                directory = os.environ[UNITS_DIR]
+                name = next(n for n in sorted(os.listdir(directory)) if n.endswith(".json"))
+                with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                    self.units.update(json.load(fh))
+            return self.units[nodeid]
+
+        def _assign_work_unit(self, node):
+            # A worker keeps a few tests queued; after a heavy unit, give it a light one when there
+            # is one, so that two heavy units never wait behind each other while another worker idles.
+            if self._pending_of(self.assigned_work.get(node, {})):
+                light = next((unit for unit in self.workqueue if unit not in HEAVY_UNITS), None)
+                if light is not None:
+                    self.workqueue.move_to_end(light, last=False)
+            super()._assign_work_unit(node)
+
+    return UnitScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and os.environ.get(UNITS_DIR, "").startswith(tempfile.gettempdir()):
+        shutil.rmtree(os.environ.pop(UNITS_DIR), ignore_errors=True)

@@ -48,3 +48,26 @@ def run_module_process(name, args, env=None, check_mode=False, diff=False, pytho
                              % (name, proc.returncode, proc.stdout, proc.stderr))
     result["_stderr"] = proc.stderr
     return bool(result.get("failed")), result
+
+
+SHM = "/dev/shm"
+SECRET_PREFIX = "ct200-secret-"  # ct200_fleet.secret.token_file_outside's temporary directories
+
+
+def shm_secrets():
+    """The ct200 secret directories in /dev/shm now."""
+    import os
+    return {name for name in os.listdir(SHM) if name.startswith(SECRET_PREFIX)}
+
+
+def shm_secrets_left(before, wait=300.0):
+    """The ct200 secret directories made since BEFORE that are still there once WAIT seconds have
+    passed. Another run of the suite on this machine (an xdist worker, a second checkout) may hold
+    one of its own for a while; a directory that was left behind stays, so waiting is exact."""
+    import time
+    deadline = time.monotonic() + wait
+    while True:
+        left = shm_secrets() - before
+        if not left or time.monotonic() > deadline:
+            return sorted(left)
+        time.sleep(1)

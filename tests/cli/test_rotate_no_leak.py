@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from localhub.personas import token_for
+from modhelper import shm_secrets, shm_secrets_left
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -94,6 +95,7 @@ def test_rotate_token_leaves_no_secret_and_promotes(fleet, local_hub, tmp_path):
 
     new_file = secret_file(tmp_path, "new-token", new)
     pdd, summary = tmp_path / "pdd", tmp_path / "summary.json"
+    shm_before = shm_secrets()
     code, out, err = ct200("rotate-token", "-i", "inventories/sandbox", "--token-file", str(new_file), "-vvv",
                            "--private-data-dir", str(pdd), "--json", str(summary),
                            "--promote", "--current-token-file", str(current), env=env)
@@ -124,8 +126,8 @@ def test_rotate_token_leaves_no_secret_and_promotes(fleet, local_hub, tmp_path):
         extravars = json.loads(command["command"][command["command"].index("-e") + 1])
         token_path = extravars["hf_token_new_file"]
         assert os.path.commonpath([token_path, str(pdd)]) != str(pdd), "the token file lives outside the pdd"
-        # this run's own file, by name: other runs on the machine may add or remove theirs meanwhile
-        assert token_path.startswith("/dev/shm/") and not os.path.exists(token_path), "the token file is removed"
+        assert token_path == str(new_file) or not os.path.exists(token_path), "the temporary token file is removed"
+    assert shm_secrets_left(shm_before) == [], "a temporary token directory is left in /dev/shm"
 
     # The inventory's current token is now the new one: no drift; a token changed by hand is named.
     code, out, err = ct200("drift", "-i", "inventories/sandbox", "--json", str(summary), env=env)

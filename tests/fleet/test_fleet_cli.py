@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from localhub.personas import token_for
+from modhelper import shm_secrets, shm_secrets_left
 
 pytestmark = pytest.mark.slow
 
@@ -145,9 +146,10 @@ def cli(ssh_fleet, tmp_path_factory):
 def rotated(cli, tmp_path_factory):
     """`ct200 rotate-token` over SSH, the new token on standard input, at -vvv, artifacts kept."""
     pdd = tmp_path_factory.mktemp("fleet-cli-runner") / "pdd"
+    shm_before = shm_secrets()
     code, out, err, summary = cli("rotate-token", "--token-stdin", "-vvv", "--private-data-dir", str(pdd),
                                   stdin=token_for(NEW) + "\n")
-    return {"code": code, "out": out, "err": err, "summary": summary, "pdd": pdd}
+    return {"code": code, "out": out, "err": err, "summary": summary, "pdd": pdd, "shm_before": shm_before}
 
 
 def test_rotate_token_over_ssh_leaves_no_secret_and_every_host_rotated(cli, rotated):
@@ -171,8 +173,8 @@ def test_rotate_token_over_ssh_leaves_no_secret_and_every_host_rotated(cli, rota
 
     assert not (pdd / "env").exists(), "suppress_env_files: no env/envvars, env/extravars, env/cmdline"
     assert leaks(tree(pdd)) == [], "a token in ansible-runner's private data dir"
-    # this run's own file, by name: other runs on the machine may add or remove theirs meanwhile
-    assert token_path.startswith("/dev/shm/") and not os.path.exists(token_path), "the token file is removed"
+    assert not os.path.exists(os.path.dirname(token_path)), "the temporary token file is removed"
+    assert shm_secrets_left(rotated["shm_before"]) == [], "a temporary token directory is left in /dev/shm"
 
 
 def test_deploy_before_promotion_reports_drift_per_host_and_changes_nothing(cli, rotated):

@@ -30,6 +30,7 @@ VERIFY = REPO / "playbooks" / "verify_access.yml"
 TOKEN_DIR = "/root/.cache/huggingface"
 TOKEN_FILE = f"{TOKEN_DIR}/token"
 OLD, NEW, REFUSED = "granted", "granted_write", "never_requested"
+DRAFTER = "z-lab/Kimi-K2.6-DFlash"  # the gated repository REFUSED's user never asked access to
 POSITIONS = {"first": 0, "middle": 3, "last": -1}
 
 
@@ -159,6 +160,7 @@ def test_a_refused_new_token_changes_no_host(fleet_with_old_token, tokens, tmp_p
     report = tmp_path / "report.json"
     run = fleet.run_playbook(ROTATE, env=rotation_env(tokens), args=rotation_args(tokens, report, nxt=REFUSED))
     assert run.rc != 0 and "new token refused, no host was changed" in run.out, run.out[-3000:]
+    assert DRAFTER in run.out, "the refusal names the repository the new token cannot read"
     assert_no_token_in(run.out + report.read_text())
     state = token_state(fleet)
     assert set(state.values()) == {"old"}
@@ -187,6 +189,8 @@ def test_read_only_token_dir_on_host_k_stops_the_rollout(fleet_with_old_token, t
     _summary, by_host = read_report(report, fleet)
     assert_report_matches_hosts(by_host, state)
     assert_stopped_at(fleet, run.out, by_host, failed_host, {"failed", "restored"})
+    if by_host[failed_host]["status"] == "failed":
+        assert "Read-only file system" in by_host[failed_host]["message"], by_host[failed_host]
     print(f"\nread-only token dir on {failed_host} ({position}): {run.seconds:.1f}s")
 
 

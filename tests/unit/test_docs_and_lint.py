@@ -61,45 +61,12 @@ def test_ansible_lint_production_profile():
 def test_ansible_test_sanity(tmp_path):
     """ansible-test sanity on the whole collection: validate-modules (DOCUMENTATION, argument_spec
     and RETURN agree, no_log where an option looks secret), import, pep8, pylint, yamllint of the
-    docs, shebangs (ignores, with reasons, in tests/sanity/ignore-2.19.txt). It needs the
-    collection at ansible_collections/NS/NAME in a git tree, so the tracked files are copied
-    there, next to the community.docker it depends on."""
-    import shutil
+    docs, shebangs (ignores, with reasons, in tests/sanity/ignore-2.19.txt). The tree it needs and
+    its venvs: tests/support/sanity_tree.py."""
+    from sanity_tree import collection_tree, sanity
 
-    import ansible_collections.community.docker as community_docker
-
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
-                            text=True, check=True).stdout.split("\n")
-    root = tmp_path / "ansible_collections"
-    dest = root / "ct200" / "deploy"
-    for rel in filter(None, listed):
-        src = REPO / rel
-        if rel.startswith("collections/") or not src.is_file():
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest / rel)
-    (root / "community").mkdir()
-    (root / "community" / "docker").symlink_to(Path(community_docker.__path__[0]))
-    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
-    subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
-    # a private HOME keeps ansible-test's venv cache in the checkout and holds the pip bootstrap
-    home = REPO / ".cache" / "ansible-test-home"
-    cache = home / ".ansible" / "test" / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(REPO / "tests" / "support" / "ansible_test_get_pip.py", cache / ("get_pip_%s.py" % _ansible_test_pip().replace(".", "_")))
-    env = dict(os.environ, HOME=str(home), PATH=str(BIN) + os.pathsep + os.environ["PATH"])
-    env.pop("ANSIBLE_CONFIG", None)
-    res = subprocess.run([str(BIN / "ansible-test"), "sanity", "--python", "%d.%d" % sys.version_info[:2]],
-                         cwd=dest, env=env, capture_output=True, text=True, timeout=1500, check=False)
+    res = sanity(collection_tree(tmp_path))
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-5000:]
     for test in ("validate-modules", "import", "pep8", "pylint", "yamllint"):
         assert 'Running sanity test "%s"' % test in out, out[-3000:]
-
-
-def _ansible_test_pip():
-    """The pip version ansible-test bootstraps its sanity venvs with (it names the cached script)."""
-    import ansible_test
-
-    source = (Path(ansible_test.__file__).parent / "_internal" / "python_requirements.py").read_text()
-    return re.search(r"pip='([0-9.]+)'", source).group(1)
