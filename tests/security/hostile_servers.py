@@ -124,8 +124,8 @@ class _UpstreamHandler(http.server.BaseHTTPRequestHandler):
         req = urllib.request.Request(self.server.owner.hub_url + self.path, headers={"Accept-Encoding": "identity"})
         with urllib.request.urlopen(req, timeout=30) as resp:  # follows the Hub's 302 to its CDN
             data = resp.read()
-        self._answer(200, gzip.compress(data, 1), {"Content-Encoding": "gzip",
-                                                    "Content-Type": "application/octet-stream"}, method)
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/octet-stream"}
+        self._answer(200, gzip.compress(data, 1), headers, method)
 
 
 class HostileUpstream(_Base):

@@ -57,8 +57,8 @@ def _assert_served_files_hold_codes_only(base, local_dir, token):
 
 
 @pytest.mark.parametrize("status", [500, 403, 404, 400])
-def test_a_token_echoed_in_every_error_channel_reaches_no_output_and_no_file(hub, upstream, tmp_path, nginx_peer,
-                                                                            status):
+def test_a_token_echoed_in_every_error_channel_reaches_no_output_and_no_file(
+        hub, upstream, tmp_path, nginx_peer, status):
     upstream.status = status
     dest = tmp_path / "w"
     token = hub.token("granted")
