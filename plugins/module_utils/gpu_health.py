@@ -240,8 +240,8 @@ def mount_options(path: str, mountinfo: str) -> Optional[Tuple[str, List[str]]]:
 # ---------------------------------------------------------------- gathering (host side)
 
 def _which(name: str, extra: Sequence[str] = ()) -> Optional[str]:
-    dirs = os.environ.get("PATH", "").split(":") + ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin",
-                                                     "/sbin", "/bin"] + list(extra)
+    system = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+    dirs = os.environ.get("PATH", "").split(":") + system + list(extra)
     for directory in dirs:
         candidate = os.path.join(directory, name)
         if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):

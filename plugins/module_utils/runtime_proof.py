@@ -43,6 +43,12 @@ TORCH_FIX = ("install the torch build the SGLang pin names for CUDA %d (e.g. pip
 STANDIN = "not proven: CPU stand-in (no GPU on this host)"
 
 
+def _say(text):
+    """A line on stdout: this file runs as a script with the venv's python, not as part of a module."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def result(check, ok, value, cause=None, fix=None, proven=True):
     return {"check": check, "ok": bool(ok), "value": value, "cause": cause, "fix": fix, "proven": bool(proven)}
 
@@ -202,8 +208,8 @@ def _devices(obs, cuda_major, standin):
     bad = [o for o in obs["ops"] if o["error"] or o["value"] != 32.0]
     out.append(result("cuda_op", not bad and bool(obs["ops"]), {str(o["index"]): o["value"] for o in obs["ops"]},
                       None if not bad else "a tiny CUDA op failed on GPU(s) %s: %s" % (
-                          [o["index"] for o in bad], "; ".join((o["error"] or "got %s, want 32.0" % o["value"])[:300]
-                                                             for o in bad[:3])),
+                          [o["index"] for o in bad],
+                          "; ".join((o["error"] or "got %s, want 32.0" % o["value"])[:300] for o in bad[:3])),
                       None if not bad else "check the GPU(s) with nvidia-smi -q and the kernel log (Xid); if they "
                       "are healthy, reinstall the torch/CUDA build; otherwise take the host out of service"))
     return out
@@ -254,14 +260,14 @@ def allreduce_worker(rank, world, port, mib, backend, timeout):
     if backend == "nccl":
         torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in range(5):
+    for _call in range(5):
         dist.all_reduce(ones)
     if backend == "nccl":
         torch.cuda.synchronize()
     per_call = (time.perf_counter() - start) / 5
     dist.destroy_process_group()
     bus_gbps = numel * 4 * 2.0 * (world - 1) / world / per_call / 1e9
-    print(json.dumps({"rank": rank, "right": right, "ms": round(per_call * 1e3, 3), "busbw_gbps": round(bus_gbps, 2)}))
+    _say(json.dumps({"rank": rank, "right": right, "ms": round(per_call * 1e3, 3), "busbw_gbps": round(bus_gbps, 2)}))
 
 
 def run_allreduce(world, timeout=60, mib=64, backend="nccl", extra_env=None, script=None):
@@ -381,15 +387,15 @@ def main(argv=None):
     ok = all(c["ok"] for c in checks)
     report = {"ok": ok, "proven": all(c["proven"] for c in checks), "checks": checks, "observations": obs}
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
+        _say(json.dumps(report, indent=2, sort_keys=True))
     else:
         for check in checks:
             state = "ok" if check["ok"] and check["proven"] else ("NOT PROVEN" if check["ok"] else "FAILED")
-            print("%-13s %-10s %s" % (check["check"], state, check["cause"] or check["value"]))
+            _say("%-13s %-10s %s" % (check["check"], state, check["cause"] or check["value"]))
             if not check["ok"]:
-                print("%-24s fix: %s" % ("", check["fix"]))
+                _say("%-24s fix: %s" % ("", check["fix"]))
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
