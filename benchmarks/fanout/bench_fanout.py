@@ -231,7 +231,7 @@ def run_all(site, args, commit, files, seed_opts):
     wanted = args.cases.split(",")
     star = args.hosts - 1
     runs = []
-    for _ in range(args.repeat if "single" in wanted and "fanout" in wanted else 1):
+    for _run in range(args.repeat if "single" in wanted and "fanout" in wanted else 1):
         pair = {}
         for name, hosts in (("single", 1), ("fanout", args.hosts)):
             if name in wanted:
@@ -306,8 +306,8 @@ def main(argv=None):
     print("hub bytes ratio (site / one copy): %.2f   (goal 1.00)" % figures["hub_bytes_ratio"])
     print("wall(%d)/wall(1) tree k=%d:        %.3f   (goal <= 1.15; median of %s)"
           % (args.hosts, args.fanout, figures["wall_8_over_1"], figures["wall_8_over_1_runs"]))
-    print("  from the seed's fetch start:     %.3f   (median of %s)" % (figures["fetch_8_over_1"],
-                                                                    figures["fetch_8_over_1_runs"]))
+    print("  from the seed's fetch start:     %.3f   (median of %s)" % (
+        figures["fetch_8_over_1"], figures["fetch_8_over_1_runs"]))
     print("hop lag (rename -> first byte):  %s" % figures["hop_lag_s"])
     print("control star (k=%d):              %s" % (args.hosts - 1, figures["star_8_over_1"]))
     print("control independent:              %s" % figures["independent_8_over_1"])
@@ -319,7 +319,7 @@ def main(argv=None):
     if args.json:
         runs_doc = [dict(ratio=r["ratio"], fetch_ratio=r["fetch_ratio"], **dict((k, dict((f, r[k][f]) for f in (
             "wall", "fetch_wall", "process_wall", "seed_timings", "per_host_seconds", "hop_lag_s", "load_before", "seed_done_to_last_host_s",
-            "verified")) ) for k in ("single", "fanout"))) for r in runs]
+            "verified"))) for k in ("single", "fanout"))) for r in runs]
         doc = dict(figures, config={"hosts": args.hosts, "fanout": args.fanout, "seed_fanout": args.seed_fanout,
                                     "hub_rate": args.hub_rate, "shape": args.shape, "seed_options": seed_opts,
                                     "host_rate": args.host_rate, "shards": args.shards, "repo_bytes": repo_bytes,

@@ -44,7 +44,7 @@ class ActionModule(ActionBase):
         target = args.get("target", "token_file")
         if missing or target not in ("token_file", "vars_file"):
             return dict(result, failed=True, msg="hf_token_promote needs token and path, and target token_file or "
-                                                  "vars_file (missing: %s, target: %s)" % (missing, target))
+                                                 "vars_file (missing: %s, target: %s)" % (missing, target))
         try:
             if target == "token_file":
                 out = token_promotion.promote_token_file(args["path"], args["token"], check_mode=self._task.check_mode)

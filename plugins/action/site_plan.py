@@ -16,7 +16,6 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.ct200.deploy.plugins.module_utils import site_plan
 
 
-
 def _lookup(variables, path):
     """``name`` or ``name.key.key`` in one host's variables (the first set of a list of them); None
     when none is set."""

@@ -364,7 +364,7 @@ def _gb(count, digits):
 def _gpu_cell(gpus):
     if int(gpus.get("count") or 0) > 0:
         return "%s x %s, %s GiB, numa %s" % (gpus["count"], "/".join(str(m) for m in gpus.get("model") or []),
-                                            gpus.get("memory_gib"), json.dumps(gpus.get("numa")))
+                                             gpus.get("memory_gib"), json.dumps(gpus.get("numa")))
     return "absent" + (" (CPU sandbox: serving stand-in)" if gpus.get("standin") else "")
 
 
@@ -537,8 +537,8 @@ def download_outcome(repos, plans, started, finished, commits=None):
         label = "%s %s@%s: " % (repo.get("name"), repo.get("repo_id"), str(commits.get(repo.get("name")) or "?")[:12])
         if not (job or {}).get("ansible_job_id"):
             if (plan or {}).get("commit"):
-                lines.append(label + "already complete and verified (%s files, %s GB)" % (plan.get("files"),
-                                                                                         _gb2(plan.get("bytes_total"))))
+                lines.append(label + "already complete and verified (%s files, %s GB)" % (
+                    plan.get("files"), _gb2(plan.get("bytes_total"))))
             continue
         status = by_jid.get(job["ansible_job_id"])
         if not status or status.get("failed") or "bytes_total" not in status:

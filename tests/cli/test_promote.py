@@ -183,7 +183,7 @@ def test_promote_token_refused_while_a_host_lacks_it(no_env_token, vault_file, t
 
 
 def test_promote_token_command_refuses_a_plain_text_vault_file_others_can_read(no_env_token, vault_file, tmp_path,
-                                                                              capsys, local_hub):
+                                                                               capsys, local_hub):
     vault_file.chmod(0o644)
     before = vault_file.read_bytes()
     inventory = local_fleet(tmp_path, {"cli-a": NEW}, local_hub)

@@ -116,7 +116,7 @@ def test_wrong_proxy_credentials_fail_once_with_a_clear_message(hub, tmp_path):
                                    env={"http_proxy": wrong}, retries=5)
         log, proxy_url = list(proxy.log), proxy.url
     assert failed and res["code"] == "proxy_auth", res
-    assert "407" in res["msg"] and proxy_url in res["msg"] and "USER:PASSWORD@" in res["fix"], res
+    assert "407" in res["msg"] and proxy_url in res["msg"] and "@HOST:PORT" in res["fix"] and "credentials in the proxy URL" in res["fix"], res
     assert password not in json.dumps(res) and password not in res["_stderr"]
     refused = [r for r in log if r["status"] == 407]
     assert refused and len(refused) <= 8, "a 407 is not worth retrying: %d refusals" % len(refused)
@@ -128,7 +128,7 @@ def test_wrong_proxy_credentials_on_the_metadata_path_name_the_proxy(hub, tmp_pa
     with AuthProxy("ct200", password) as proxy:
         wrong = proxy.url_with_credentials.replace(password, "not-" + password)
         failed, res = run_download(hub, tmp_path / "w", env={"http_proxy": wrong, "HTTP_PROXY": wrong})
-    assert failed and res["code"] == "proxy_auth" and "407" in res["msg"] and "USER:PASSWORD@" in res["fix"], res
+    assert failed and res["code"] == "proxy_auth" and "407" in res["msg"] and "@HOST:PORT" in res["fix"] and "credentials in the proxy URL" in res["fix"], res
     assert password not in json.dumps(res) + res["_stderr"]
     assert not (tmp_path / "w").exists() or not os.listdir(tmp_path / "w")
 

@@ -65,5 +65,5 @@ def test_the_preflight_layout_is_kept_and_nothing_to_fetch_means_no_fanout(tmp_p
 @pytest.mark.parametrize("role_vars,cause", [({"model_weights_fanout_seed": "w9"}, "fanout_seed 'w9' is not a host of this run"),
                                              ({"model_weights_fanout_degree": 0}, "fanout_degree must be an integer >= 1")])
 def test_a_bad_setting_fails_with_its_cause_and_fix(tmp_path, role_vars, cause):
-    proc, _ = run_site(tmp_path, **role_vars)
+    proc, _out = run_site(tmp_path, **role_vars)
     assert proc.returncode != 0 and cause in proc.stdout, proc.stdout[-3000:]

@@ -99,7 +99,8 @@ def test_the_installed_command_finds_the_installed_collection(operator):
 
 
 def _fleet_env(ssh_fleet, operator, token_file: Path) -> dict:
-    sandbox = {k: v for k, v in ssh_fleet.env({"CT200_HF_TOKEN_FILE": str(token_file)}).items()
+    # the fleet's own environment (its state file for the inventory script, the Hub endpoint), nothing else
+    sandbox = {k: v for k, v in ssh_fleet.fleet.env(ssh_fleet.env({"CT200_HF_TOKEN_FILE": str(token_file)})).items()
                if k.startswith("CT200_")}
     return _clean_env(ANSIBLE_COLLECTIONS_PATH=str(operator["collections"]), **sandbox)
 

@@ -127,4 +127,4 @@ def test_too_few_gpus_a_bad_fabric_and_a_noexec_tmp_stop_in_preflight(tmp_path, 
     assert {"gpus", "p2p", "tmp_exec", "nvidia_uvm_boot"} <= failed
     health = {c["check"]: c for c in json.loads((tmp_path / "preflight.json").read_text())["hosts"][0]["health"]}
     assert health["compute_cap"]["ok"] and health["compute_cap"]["value"] == {"0": "12.0", "1": "12.0", "2": "12.0",
-                                                                               "3": "12.0"}
+                                                                              "3": "12.0"}

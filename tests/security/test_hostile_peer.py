@@ -79,7 +79,7 @@ def test_a_kept_alive_peer_stays_kept_alive_for_small_documents(tmp_path):
     try:
         base = "http://127.0.0.1:%d/model" % server.server_address[1]
         probe = fanout.Probe(timeout=TIMEOUT)
-        values = [probe.progress(base) for _ in range(5)]
+        values = [probe.progress(base) for _poll in range(5)]
     finally:
         server.shutdown()
         server.server_close()

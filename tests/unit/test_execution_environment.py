@@ -83,7 +83,7 @@ def installed(tmp_path_factory):
 
 
 def test_builder_introspection_finds_the_collection_dependencies(installed):
-    _, dest = installed
+    dest = installed[1]
     proc = subprocess.run([BUILDER, "introspect", "--sanitize", str(dest)], capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -96,7 +96,7 @@ def test_builder_introspection_finds_the_collection_dependencies(installed):
 
 
 def test_builder_create_writes_a_context_naming_the_dependencies(installed, tmp_path):
-    tarball, _ = installed
+    tarball = installed[0]
     definition = {
         "version": 3,
         "images": {"base_image": {"name": "quay.io/fedora/python-311:latest"}},
