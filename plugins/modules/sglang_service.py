@@ -353,7 +353,7 @@ options:
   pcie_ipc_allreduce:
     description:
       - Render C(SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1) - SGLang 0.5.23's FlashInfer PCIe-IPC all-reduce
-        (C(srt/distributed/device_communicators/pcie_ipc_ar.py)), measured upstream on 8x sm_120 across two NUMA
+        (C(pcie_ipc_ar.py)), measured upstream on 8x sm_120 across two NUMA
         nodes (TPOT 21.1 to 13.6 ms); off by default in SGLang and here until an A/B run on the site's hosts
         (README, PCIe IPC all-reduce). Refused unless O(tp=8), the GPUs are sm_120 (O(gpu_compute_cap) or the
         detected GPU names) and SGLang >= 0.5.23, and together with O(nccl_p2p_disable) (its kernels write to
