@@ -1105,7 +1105,7 @@ def cmd_reboot(args) -> int:
         argv = nspawn_argv(state["rootfs"], host["name"], state["binds"], plan, host["root"])
         host.update(nspawn_pid=spawn(host["name"], argv, bases, logfile), leader_pid=None)
         write_json(REGISTRY / f"{host['name']}.json", {"name": host["name"], "nspawn_pid": host["nspawn_pid"],
-                                                        "state_file": str(state_path)})
+                                                       "state_file": str(state_path)})
         write_json(state_path, state)
         wait_running(state, args.timeout)  # the other hosts run already; this one's new leader is recorded
         if plan:
