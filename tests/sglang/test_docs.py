@@ -71,6 +71,29 @@ ROLE_VARS = {
                                                        " smoke completion; then /server_info's"
                                                        " C(internal_states[0].avg_spec_accept_length) must exceed the"
                                                        " instance's O(sglang_service_instances[].min_accept_length)."]},
+    "sglang_service_traffic": {"type": "str", "default": "none", "choices": ["router", "external", "none"],
+                               "description": ["Who routes client traffic (docs/traffic.md). Every stop or restart of an"
+                                               " instance first takes it out of rotation and puts it back only after"
+                                               " its readiness gate passed (tasks/instance_traffic.yml,"
+                                               " ct200.deploy.traffic_rotation). deploy_kimi.yml passes"
+                                               " C(ct200_traffic), C(router) by default."]},
+    "sglang_service_traffic_router_url": {"type": "str", "default": None,
+                                          "description": "The router's base URL as seen from O(sglang_service_traffic_delegate)."},
+    "sglang_service_traffic_delegate": {"type": "str", "default": None,
+                                        "description": ["Inventory host the drain step runs on (the router's host; the"
+                                                        " controller for external commands); null runs it on the"
+                                                        " instance's host."]},
+    "sglang_service_traffic_address": {"type": "str", "default": None,
+                                       "description": ["Address the router reaches this host's instances at; null uses"
+                                                       " C(ansible_host), else the inventory name."]},
+    "sglang_service_traffic_external_out": {"type": "list", "elements": "str", "default": [],
+                                            "description": ["With C(external): the argv that takes a host out of the"
+                                                            " site's load balancer; elements may name {host}, {url},"
+                                                            " {name}. No shell."]},
+    "sglang_service_traffic_external_in": {"type": "list", "elements": "str", "default": [],
+                                           "description": "With C(external): the argv that puts the host back (same placeholders)."},
+    "sglang_service_traffic_timeout": {"type": "int", "default": 120,
+                                       "description": "Seconds a drain step waits for the router (or the command)."},
     "sglang_service_check_gpu_release": {"type": "bool", "default": True,
                                          "description": ["After every stop, and before the start of an owed restart,"
                                                          " fail when a process of the unit still holds GPU memory"

@@ -39,7 +39,8 @@ completion ("verify step"), then reports CT200_STANDIN_ACCEPT_LENGTH (default 3.
 
 Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
 weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1),
-CT200_STANDIN_ACCEPT_LENGTH (above), CT200_STANDIN_ANSWER (``content`` default;
+CT200_STANDIN_ACCEPT_LENGTH (above), CT200_STANDIN_COMPLETION_SECONDS (each chat completion takes
+this long; default 0), CT200_STANDIN_ANSWER (``content`` default;
 ``reasoning``: the text in ``reasoning_content`` and ``content`` null, as Kimi's
 reasoning parser does with a short answer; ``empty``: neither),
 CT200_STANDIN_REQUIRE_DEVICES (colon-separated paths, e.g. ``/dev/nvidia-uvm``:
@@ -169,6 +170,7 @@ def chat_completion(standin, request):
     if model != standin.served_name:
         return 404, {"object": "error", "message": "The model `%s` does not exist." % model, "code": 404}
     text = "[sglang-standin: no model loaded; %d message(s) received]" % len(messages)
+    time.sleep(float(os.environ.get("CT200_STANDIN_COMPLETION_SECONDS", "0")))  # a request in flight, to drain
     standin.answered()
     mode = os.environ.get("CT200_STANDIN_ANSWER", "content")
     content, reasoning = {"reasoning": (None, text), "empty": ("", None)}.get(mode, (text, None))
@@ -272,7 +274,10 @@ def main(argv=None):
 
     class Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        daemon_threads = True
+        # SIGTERM drains like SGLang's graceful stop: serve_forever returns, server_close closes the
+        # listening socket (new connections are refused) and then joins the requests in flight.
+        daemon_threads = False
+        block_on_close = True
 
     server = Server((host, port), make_handler(standin))
     standin.ready_at = time.time() + float(os.environ.get("CT200_STANDIN_WARMUP_SECONDS", "1"))
