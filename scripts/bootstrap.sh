@@ -43,6 +43,23 @@ if ! ls .cache/wheelhouse/huggingface_hub-2.4.*.whl >/dev/null 2>&1; then
     -d .cache/wheelhouse 'huggingface_hub>=2.4.0,<2.5'
 fi
 
+# sglang-router (issue 14, role ct200.deploy.router), pinned: its wheel and dependencies for the sandbox hosts
+# (bind-mounted at /srv/wheelhouse with the rest, installed --no-index by the role), and a venv of it on
+# this machine for the loopback traffic tests and benchmarks/traffic (the real router binary in front of stand-ins).
+ROUTER_VERSION=0.3.2
+if ! ls .cache/wheelhouse/sglang_router-${ROUTER_VERSION}-*.whl >/dev/null 2>&1; then
+  log "sglang-router ${ROUTER_VERSION} into the sandbox wheelhouse"
+  mkdir -p .cache/wheelhouse
+  .venv/bin/python -m pip download -q --disable-pip-version-check --only-binary=:all: \
+    -d .cache/wheelhouse "sglang-router==${ROUTER_VERSION}"
+fi
+if [[ ! -x .cache/router-venv-${ROUTER_VERSION}/bin/python ]]; then
+  log "sglang-router ${ROUTER_VERSION} venv for the loopback traffic tests"
+  "$PYTHON" -m venv ".cache/router-venv-${ROUTER_VERSION}"
+  ".cache/router-venv-${ROUTER_VERSION}/bin/python" -m pip install -q --disable-pip-version-check --no-index \
+    --find-links .cache/wheelhouse "sglang-router==${ROUTER_VERSION}"
+fi
+
 # The product's own dependencies (pyproject's [project] dependencies), for a venv that holds the
 # ct200 command alone: tests/fleet/test_installed_cli.py installs it from here, with no index.
 deps=$(.venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml","rb"))["project"]["dependencies"]))')
