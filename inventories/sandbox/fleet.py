@@ -118,9 +118,14 @@ def inventory(hosts: list[dict], state: dict | None = None) -> dict:
             "ct200_sandbox_index": h.get("index", 0),
         }
     group_vars = ssh_group_vars(net) if netns else {"ansible_connection": CONNECTION}
+    # The client entry point (sglang-router, role ct200.deploy.router) on the fleet's first host; a serving host
+    # too, as a small site would have it. CT200_SANDBOX_ROUTER_INDEX=0 leaves the group empty.
+    router_index = int(os.environ.get("CT200_SANDBOX_ROUTER_INDEX", "1") or 0)
+    router = sorted(n for n, h in zip(hostvars, hosts) if router_index and h.get("index", 0) == router_index)
     return {
         "_meta": {"hostvars": hostvars},
-        "all": {"children": ["ungrouped", "ct200"]},
+        "all": {"children": ["ungrouped", "ct200", "ct200_router"]},
+        "ct200_router": {"hosts": router},
         "ct200": {
             "hosts": sorted(hostvars),
             "vars": {

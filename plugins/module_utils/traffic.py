@@ -55,6 +55,34 @@ def normalize_url(url: str) -> str:
     return "%s://%s" % (parts.scheme, parts.netloc)
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+WILDCARD = ("0.0.0.0", "::", "")
+
+
+def _bracket(host: str) -> str:
+    return "[%s]" % host if ":" in host and not host.startswith("[") else host
+
+
+def worker_url(listen: Optional[str], address: str, port: Any, router_is_local: bool) -> str:
+    """The URL the router reaches an instance at: its listen address, the host's address for a wildcard
+    listen, loopback only when the router runs on the same host."""
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        raise TrafficError("instance port %r is not a number" % (port,)) from None
+    listen = (listen or "127.0.0.1").strip()
+    if listen in LOOPBACK:
+        if not router_is_local:
+            raise TrafficError("the instance listens on %s only, so the router on another host cannot reach it: set "
+                               "the instance's host (ct200_sglang_host: 0.0.0.0 or the host's address, with "
+                               "sglang_service_api_key) or run the router on this host" % listen)
+        return "http://%s:%d" % (_bracket("::1" if listen == "::1" else "127.0.0.1"), port)
+    host = address if listen in WILDCARD else listen
+    if not host:
+        raise TrafficError("no address for the instance: set sglang_service_traffic_address or ansible_host")
+    return normalize_url("http://%s:%d" % (_bracket(host), port))
+
+
 # ---------------------------------------------------------------------------
 # Decisions
 def decide(mode: str, state: str, registered: Optional[bool]) -> Dict[str, Any]:
@@ -240,3 +268,45 @@ def step(mode: str, state: str, url: str, router: Optional[RouterClient] = None,
             router.add(url, api_key=api_key, timeout=timeout)
         result["workers_in_rotation"] = sum(1 for w in router.workers() if w.get("is_healthy"))
     return result
+
+
+# ---------------------------------------------------------------------------
+# Router configuration (role ct200.deploy.router)
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+RESERVED_FLAGS = ("--api-key", "--worker-urls", "--control-plane-api-keys", "--oracle-password", "--postgres-db-url",
+                  "--redis-url", "--host", "--port")
+
+
+def router_argv(listen: str, port: int, prometheus_port: int, policy: str = "cache_aware",
+                health_check_endpoint: str = "/health", health_check_interval: int = 10,
+                health_failure_threshold: int = 2, request_timeout: int = 1800, shutdown_grace: int = 180,
+                extra: Sequence[str] = ()) -> List[str]:
+    """sglang-router 0.3.2's flags for the launcher's config file: no worker list (the project adds workers,
+    after readiness), no secret (the API key comes from the systemd credential)."""
+    if policy not in POLICIES:
+        raise TrafficError("router_policy %r: use one of %s" % (policy, ", ".join(POLICIES)))
+    for name, value, low in (("router_port", port, 1), ("router_prometheus_port", prometheus_port, 1),
+                             ("router_health_check_interval", health_check_interval, 1),
+                             ("router_health_failure_threshold", health_failure_threshold, 1),
+                             ("router_request_timeout", request_timeout, 1), ("router_stop_timeout", shutdown_grace, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low or (name.endswith("port") and value > 65535):
+            raise TrafficError("%s is %r: use a whole number >= %d%s" % (name, value, low,
+                                                                        " and <= 65535" if name.endswith("port") else ""))
+    if port == prometheus_port:
+        raise TrafficError("router_port and router_prometheus_port are both %d: give the metrics their own port" % port)
+    if not isinstance(health_check_endpoint, str) or not health_check_endpoint.startswith("/"):
+        raise TrafficError("router_health_check_endpoint %r must be a path such as /health" % (health_check_endpoint,))
+    extra = [str(a) for a in (extra or [])]
+    for arg in extra:
+        if arg.split("=", 1)[0] in RESERVED_FLAGS:
+            raise TrafficError("router_extra_args may not carry %s: the role sets listen address and port, workers are "
+                               "added by the drain steps, and secrets never go on a command line" % arg.split("=", 1)[0])
+    return ["--host", str(listen), "--port", str(port), "--policy", policy,
+            "--prometheus-host", str(listen), "--prometheus-port", str(prometheus_port),
+            "--health-check-endpoint", health_check_endpoint,
+            "--health-check-interval-secs", str(health_check_interval),
+            "--health-failure-threshold", str(health_failure_threshold),
+            "--request-timeout-secs", str(request_timeout),
+            "--shutdown-grace-period-secs", str(shutdown_grace),
+            "--worker-startup-timeout-secs", "600", "--worker-startup-check-interval", "2",
+            "--log-level", "info"] + extra

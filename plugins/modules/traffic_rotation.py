@@ -43,9 +43,25 @@ options:
     choices: [out, in]
     required: true
   url:
-    description: The instance's base URL as the router reaches it, C(http://HOST:PORT).
+    description:
+      - The instance's base URL as the router reaches it, C(http://HOST:PORT). Give it, or O(port) (and O(listen),
+        O(address), O(router_is_local)) to have it derived.
     type: str
-    required: true
+  port:
+    description: The instance's port (when O(url) is not given).
+    type: int
+  listen:
+    description: The instance's listen address; a wildcard means O(address), loopback needs O(router_is_local).
+    type: str
+    default: 127.0.0.1
+  address:
+    description: The host's address as the router reaches it (for a wildcard O(listen)).
+    type: str
+    default: ""
+  router_is_local:
+    description: Whether the router (where this step runs) is on the instance's own host.
+    type: bool
+    default: false
   name:
     description: The instance's name (for the external command's C({name})).
     type: str
@@ -55,7 +71,7 @@ options:
     type: str
     default: ""
   router_url:
-    description: The router's base URL as seen from where this runs. Required with O(mode=router).
+    description: The router's base URL as seen from where this runs; with O(mode=router) and none, the step fails naming the fix.
     type: str
   api_key:
     description: The router's API key (control plane), also handed to the router as the worker's key when adding it.
@@ -132,7 +148,11 @@ def main():
         argument_spec={
             "mode": {"type": "str", "choices": list(traffic.MODES), "default": "router"},
             "state": {"type": "str", "choices": list(traffic.STATES), "required": True},
-            "url": {"type": "str", "required": True},
+            "url": {"type": "str"},
+            "port": {"type": "int"},
+            "listen": {"type": "str", "default": "127.0.0.1"},
+            "address": {"type": "str", "default": ""},
+            "router_is_local": {"type": "bool", "default": False},
             "name": {"type": "str", "default": ""},
             "host": {"type": "str", "default": ""},
             "router_url": {"type": "str"},
@@ -142,10 +162,12 @@ def main():
             "timeout": {"type": "int", "default": 120},
             "settle": {"type": "float", "default": 1.0},
         },
-        required_if=[("mode", "router", ("router_url",))],
+        required_one_of=[("url", "port")],
         supports_check_mode=True)
     p = module.params
     try:
+        if not p["url"]:
+            p["url"] = traffic.worker_url(p["listen"], p["address"], p["port"], p["router_is_local"])
         if p["mode"] == "external":
             template = p["command_out"] if p["state"] == "out" else p["command_in"]
             if not template:
@@ -162,7 +184,7 @@ def main():
                                      "re-run" % (argv[0], rc, (err or out).strip()[-400:]), **result)
             module.exit_json(**result)
         router = None
-        if p["mode"] == "router":
+        if p["mode"] == "router" and p["router_url"]:
             router = traffic.RouterClient(p["router_url"], p["api_key"], timeout=min(30, max(p["timeout"], 1)))
         result = traffic.step(p["mode"], p["state"], p["url"], router=router, api_key=p["api_key"],
                               check_mode=module.check_mode, timeout=p["timeout"])

@@ -86,6 +86,9 @@ ROLE_VARS = {
     "sglang_service_traffic_address": {"type": "str", "default": None,
                                        "description": ["Address the router reaches this host's instances at; null uses"
                                                        " C(ansible_host), else the inventory name."]},
+    "sglang_service_traffic_shared_loopback": {"type": "bool", "default": False,
+                                               "description": ["The router reaches this host's loopback (hosts that"
+                                                               " share one network namespace, as the nsenter sandbox)."]},
     "sglang_service_traffic_external_out": {"type": "list", "elements": "str", "default": [],
                                             "description": ["With C(external): the argv that takes a host out of the"
                                                             " site's load balancer; elements may name {host}, {url},"

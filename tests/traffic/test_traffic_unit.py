@@ -205,3 +205,55 @@ def test_rotation_with_the_router_down_says_so():
     got = traffic.rotation("http://127.0.0.1:1", ["http://10.0.0.1:30001"], opener=refuse)
     assert not got["reachable"] and "unreachable" in got["error"]
     assert got["instances"]["http://10.0.0.1:30001"]["in_rotation"] is False
+
+
+@pytest.mark.parametrize("listen,address,local,want", [
+    ("127.0.0.1", "10.0.0.5", True, "http://127.0.0.1:30001"),
+    ("0.0.0.0", "10.0.0.5", False, "http://10.0.0.5:30001"),
+    ("::", "fd00::5", False, "http://[fd00::5]:30001"),
+    ("10.0.0.9", "10.0.0.5", False, "http://10.0.0.9:30001"),
+    (None, "10.0.0.5", True, "http://127.0.0.1:30001"),
+])
+def test_worker_url(listen, address, local, want):
+    assert traffic.worker_url(listen, address, 30001, local) == want
+
+
+def test_worker_url_refuses_loopback_behind_a_remote_router():
+    with pytest.raises(traffic.TrafficError, match="cannot reach it: set .*ct200_sglang_host"):
+        traffic.worker_url("127.0.0.1", "10.0.0.5", 30001, False)
+
+
+def test_router_argv_has_no_workers_and_no_secret():
+    argv = traffic.router_argv("0.0.0.0", 30000, 29000, "round_robin", extra=["--max-concurrent-requests", "64"])
+    assert argv[:4] == ["--host", "0.0.0.0", "--port", "30000"]
+    assert "--worker-urls" not in argv and "--api-key" not in argv
+    assert argv[-2:] == ["--max-concurrent-requests", "64"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"policy": "least_busy"}, "router_policy"),
+    ({"prometheus_port": 30000}, "own port"),
+    ({"port": 70000}, "router_port"),
+    ({"extra": ["--api-key=x"]}, "secrets never"),
+    ({"extra": ["--worker-urls", "http://h:1"]}, "drain steps"),
+    ({"health_check_endpoint": "health"}, "path"),
+])
+def test_router_argv_refuses(kwargs, match):
+    args = {"listen": "0.0.0.0", "port": 30000, "prometheus_port": 29000, **kwargs}
+    with pytest.raises(traffic.TrafficError, match=match):
+        traffic.router_argv(**args)
+
+
+def test_router_argv_parses_with_the_real_router(tmp_path):
+    """The flags are sglang-router 0.3.2's own: its parser accepts them (skipped without the router venv)."""
+    import subprocess
+    import traffic_lab
+    if traffic_lab.prerequisites():
+        pytest.skip("no router venv")
+    argv = traffic.router_argv("127.0.0.1", 30000, 29000)
+    code = ("import sys; from sglang_router.launch_router import parse_router_args as p; a = p(sys.argv[1:]); "
+            "print(a.policy, a.port, a.prometheus_port, a.health_check_interval_secs, a.worker_urls)")
+    out = subprocess.run([str(traffic_lab.ROUTER_VENV / "bin" / "python"), "-c", code, *argv], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["cache_aware", "30000", "29000", "10", "[]"]

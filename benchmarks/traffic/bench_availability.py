@@ -1,0 +1,148 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Availability benchmark (issue 14 item 6): a steady stream of chat completions through sglang-router while
+a rolling restart of every instance runs (serial 1), once with the drain (the product's steps:
+plugins/module_utils/traffic.py, as roles/sglang_service/tasks/instance_traffic.yml runs them) and once
+without (the control: stop, start, wait for readiness, the router left to find out on its own), in the
+same run, so the figure is shown against what it replaces.
+
+    python benchmarks/traffic/bench_availability.py --quick --json /tmp/availability.json
+
+Where: "loopback" (the only mode implemented): the real sglang-router 0.3.2 binary (.cache/router-venv-0.3.2)
+in front of 8 SGLang stand-ins on 127.0.0.1 (tests/support/traffic_lab.py); each stand-in answers a completion
+in --completion-seconds and drains in-flight requests on SIGTERM as SGLang's graceful stop does. A restart is
+the stand-in's SIGTERM, a new process (SGLang's parser runs again: seconds), and its readiness gate (health,
+one completion). The 8-host SSH fleet (served_fleet) mode is not done yet: see docs/traffic.md.
+
+Per arm: requests, failed_requests (not HTTP 200, a timeout or a refused connection), served_fraction
+(goal >= 0.999), p99_latency_ratio_during_over_before (p99 of requests started during the restart over
+p99 of the same arm's baseline window before it), max_hosts_out_of_rotation (sampled from the router's
+GET /workers every 0.1 s: instances not a healthy worker). Nothing gates on wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "support"))
+sys.path.insert(0, str(REPO / "collections"))
+
+import traffic_lab as lab  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils import traffic  # noqa: E402
+
+
+def arm(standins, drain: bool, args) -> dict:
+    router = lab.Router()
+    client = traffic.RouterClient(router.url)
+    urls = [s.url for s in standins]
+    try:
+        for url in urls:
+            traffic.step("router", "in", url, router=client)
+        load = lab.Load(router.url, concurrency=args.concurrency, pause=args.pause).start()
+        time.sleep(args.baseline_seconds)
+        t_restart = time.time()
+        monitor = lab.RotationMonitor(client, urls).start()
+        per_host = []
+        for s in standins:
+            t0 = time.time()
+            if drain:
+                traffic.step("router", "out", s.url, router=client)
+                time.sleep(args.settle)
+            s.proc.terminate(30)
+            s.start()
+            s.wait_ready()
+            if drain:
+                traffic.step("router", "in", s.url, router=client)
+            per_host.append(round(time.time() - t0, 2))
+        t_done = time.time()
+        time.sleep(args.after_seconds)
+        monitor.stop()
+        load.stop()
+    finally:
+        router.stop()
+    results = load.results
+    before = [e - s for s, e, st in results if s < t_restart and st == 200]
+    during = [r for r in results if t_restart <= r[0] <= t_done]
+    during_ok = [e - s for s, e, st in during if st == 200]
+    failed = [r for r in results if r[2] != 200]
+    p99_before, p99_during = lab.p99(before), lab.p99(during_ok)
+    return {
+        "drain": drain,
+        "requests": len(results),
+        "failed_requests": len(failed),
+        "served_fraction": round(1 - len(failed) / len(results), 5) if results else None,
+        "requests_during_restart": len(during),
+        "failed_during_restart": sum(1 for r in during if r[2] != 200),
+        "failure_statuses": sorted({r[2] for r in failed}),
+        "p99_latency_before_s": round(p99_before, 3) if p99_before else None,
+        "p99_latency_during_s": round(p99_during, 3) if p99_during else None,
+        "p99_latency_ratio_during_over_before": round(p99_during / p99_before, 3) if p99_before and p99_during else None,
+        "max_hosts_out_of_rotation": monitor.max_out,
+        "rotation_samples": monitor.samples,
+        "restart_seconds": round(t_done - t_restart, 1),
+        "per_host_restart_seconds": per_host,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="8 instances, short windows")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--instances", type=int, default=8)
+    ap.add_argument("--concurrency", type=int, default=6)
+    ap.add_argument("--pause", type=float, default=0.05)
+    ap.add_argument("--completion-seconds", type=float, default=0.2)
+    ap.add_argument("--settle", type=float, default=1.0, help="the module's settle after a removal")
+    ap.add_argument("--baseline-seconds", type=float, default=None)
+    ap.add_argument("--after-seconds", type=float, default=3.0)
+    args = ap.parse_args(argv)
+    if args.baseline_seconds is None:
+        args.baseline_seconds = 8.0 if args.quick else 20.0
+    missing = lab.prerequisites()
+    if missing:
+        print("missing: " + ", ".join(missing), file=sys.stderr)
+        return 2
+    model = tempfile.mkdtemp(prefix="bench-availability-")
+    standins = [lab.StandIn(lab.free_port(), model, completion_seconds=args.completion_seconds)
+                for _ in range(args.instances)]
+    started = time.time()
+    try:
+        for s in standins:
+            s.start()
+        for s in standins:
+            s.wait_ready(300)
+        arms = {"drain": arm(standins, True, args), "no_drain": arm(standins, False, args)}
+    finally:
+        for s in standins:
+            s.stop()
+    d, n = arms["drain"], arms["no_drain"]
+    out = {
+        "benchmark": "availability", "mode": "loopback", "router": "sglang-router " + lab.ROUTER_VERSION,
+        "instances": args.instances, "concurrency": args.concurrency, "completion_seconds": args.completion_seconds,
+        "load_average_at_start": os.getloadavg()[0], "wall_seconds": round(time.time() - started, 1),
+        **{k: d[k] for k in ("requests", "failed_requests", "served_fraction", "p99_latency_ratio_during_over_before",
+                             "max_hosts_out_of_rotation")},
+        "goal_served_fraction": 0.999, "goal_met": (d["served_fraction"] or 0) >= 0.999,
+        "arms": arms,
+        "failed_requests_ratio_no_drain_over_drain": (round(n["failed_requests"] / d["failed_requests"], 2)
+                                                      if d["failed_requests"] else None),
+    }
+    text = json.dumps(out, indent=2)
+    print(text)
+    print("drain: served %.4f (%d/%d failed), p99 during/before %s, max out %d | no drain: served %.4f (%d/%d failed),"
+          " p99 during/before %s, max out %d" % (
+              d["served_fraction"], d["failed_requests"], d["requests"], d["p99_latency_ratio_during_over_before"],
+              d["max_hosts_out_of_rotation"], n["served_fraction"], n["failed_requests"], n["requests"],
+              n["p99_latency_ratio_during_over_before"], n["max_hosts_out_of_rotation"]), file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
