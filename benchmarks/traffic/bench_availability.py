@@ -9,11 +9,14 @@ drain prevents; that arm shows it.
 
     python benchmarks/traffic/bench_availability.py --quick --json /tmp/availability.json
 
-Where: "loopback" (the only mode implemented): the real sglang-router 0.3.2 binary (.cache/router-venv-0.3.2)
+Where (--fleet): "loopback" (default): the real sglang-router 0.3.2 binary (.cache/router-venv-0.3.2)
 in front of 8 SGLang stand-ins on 127.0.0.1 (tests/support/traffic_lab.py); each stand-in answers a completion
 in --completion-seconds and drains in-flight requests on SIGTERM as SGLang's graceful stop does. A restart is
 the stand-in's SIGTERM, a new process (SGLang's parser runs again: seconds), and its readiness gate (health,
-one completion). The 8-host SSH fleet (served_fleet) mode is not done yet: see docs/traffic.md.
+one completion). "ssh": the 8-host SSH fleet of tests/fleet (served_fleet: deploy_kimi.yml with the SGLang
+stand-in on every host), routed (sglang-router on the first host, instances on their addresses with an API key),
+and playbooks/restart.yml as the rolling restart, drained and with sglang_service_traffic=none as the control
+(tests/fleet/test_traffic_fleet.py runs it; this script calls pytest on it and prints its JSON).
 
 Per arm: requests, failed_requests (not HTTP 200, a timeout or a refused connection), served_fraction
 (goal >= 0.999), p99_latency_ratio_during_over_before (p99 of requests started during the restart over
@@ -67,29 +70,8 @@ def arm(standins, drain: bool, args, router_flags=()) -> dict:
         load.stop()
     finally:
         router.stop()
-    results = load.results
-    before = [e - s for s, e, st in results if s < t_restart and st == 200]
-    during = [r for r in results if t_restart <= r[0] <= t_done]
-    during_ok = [e - s for s, e, st in during if st == 200]
-    failed = [r for r in results if r[2] != 200]
-    p99_before, p99_during = lab.p99(before), lab.p99(during_ok)
-    return {
-        "drain": drain,
-        "router_retries": "--disable-retries" not in router_flags,
-        "requests": len(results),
-        "failed_requests": len(failed),
-        "served_fraction": round(1 - len(failed) / len(results), 5) if results else None,
-        "requests_during_restart": len(during),
-        "failed_during_restart": sum(1 for r in during if r[2] != 200),
-        "failure_statuses": sorted({r[2] for r in failed}),
-        "p99_latency_before_s": round(p99_before, 3) if p99_before else None,
-        "p99_latency_during_s": round(p99_during, 3) if p99_during else None,
-        "p99_latency_ratio_during_over_before": round(p99_during / p99_before, 3) if p99_before and p99_during else None,
-        "max_hosts_out_of_rotation": monitor.max_out,
-        "rotation_samples": monitor.samples,
-        "restart_seconds": round(t_done - t_restart, 1),
-        "per_host_restart_seconds": per_host,
-    }
+    return lab.summarize(load.results, t_restart, t_done, monitor, drain,
+                         router_retries="--disable-retries" not in router_flags, per_host_restart_seconds=per_host)
 
 
 def main(argv=None) -> int:
@@ -105,7 +87,17 @@ def main(argv=None) -> int:
     ap.add_argument("--after-seconds", type=float, default=3.0)
     ap.add_argument("--skip-no-retries", action="store_true",
                     help="leave out the second control (no drain, router retries off)")
+    ap.add_argument("--fleet", choices=["loopback", "ssh"], default="loopback")
     args = ap.parse_args(argv)
+    if args.fleet == "ssh":
+        import subprocess
+        target = Path(args.json or tempfile.mktemp(prefix="availability-ssh-", suffix=".json"))
+        env = {**os.environ, "CT200_TRAFFIC_BENCH_JSON": str(target)}
+        rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                              str(REPO / "tests" / "fleet" / "test_traffic_fleet.py")], cwd=REPO, env=env)
+        if target.exists():
+            print(target.read_text())
+        return rc
     if args.baseline_seconds is None:
         args.baseline_seconds = 8.0 if args.quick else 20.0
     missing = lab.prerequisites()

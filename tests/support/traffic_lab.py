@@ -50,9 +50,12 @@ def prerequisites() -> list[str]:
     return missing
 
 
-def http(method, url, body=None, timeout=30.0):
+def http(method, url, body=None, timeout=30.0, api_key=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer " + api_key
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read(1 << 20)
@@ -62,9 +65,10 @@ def http(method, url, body=None, timeout=30.0):
         return 0, str(exc).encode()
 
 
-def chat(url, timeout=30.0):
+def chat(url, timeout=30.0, model=MODEL, api_key=None):
     return http("POST", url + "/v1/chat/completions",
-                {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}, timeout=timeout)
+                {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}, timeout=timeout,
+                api_key=api_key)
 
 
 class Proc:
@@ -164,8 +168,9 @@ class Router:
 class Load:
     """A steady stream of chat completions through URL from CONCURRENCY threads (one in flight each)."""
 
-    def __init__(self, url, concurrency=4, pause=0.05, timeout=30.0):
+    def __init__(self, url, concurrency=4, pause=0.05, timeout=30.0, model=MODEL, api_key=None):
         self.url, self.concurrency, self.pause, self.timeout = url, concurrency, pause, timeout
+        self.model, self.api_key = model, api_key
         self.results: list[tuple[float, float, int]] = []  # (start, end, status)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(concurrency)]
@@ -173,7 +178,7 @@ class Load:
     def _run(self):
         while not self._stop.is_set():
             t0 = time.time()
-            status, _ = chat(self.url, timeout=self.timeout)
+            status, _ = chat(self.url, timeout=self.timeout, model=self.model, api_key=self.api_key)
             self.results.append((t0, time.time(), status))
             time.sleep(self.pause)
 
@@ -215,6 +220,30 @@ class RotationMonitor:
     def stop(self):
         self._stop.set()
         self._t.join(5)
+
+
+def summarize(results, t_restart, t_done, monitor, drain, **extra):
+    """One arm's figures (the keys issue 14 names)."""
+    before = [e - s for s, e, st in results if s < t_restart and st == 200]
+    during = [r for r in results if t_restart <= r[0] <= t_done]
+    during_ok = [e - s for s, e, st in during if st == 200]
+    failed = [r for r in results if r[2] != 200]
+    p99_before, p99_during = p99(before), p99(during_ok)
+    return {
+        "drain": drain, **extra,
+        "requests": len(results),
+        "failed_requests": len(failed),
+        "served_fraction": round(1 - len(failed) / len(results), 5) if results else None,
+        "requests_during_restart": len(during),
+        "failed_during_restart": sum(1 for r in during if r[2] != 200),
+        "failure_statuses": sorted({r[2] for r in failed}),
+        "p99_latency_before_s": round(p99_before, 4) if p99_before else None,
+        "p99_latency_during_s": round(p99_during, 4) if p99_during else None,
+        "p99_latency_ratio_during_over_before": round(p99_during / p99_before, 3) if p99_before and p99_during else None,
+        "max_hosts_out_of_rotation": monitor.max_out,
+        "rotation_samples": monitor.samples,
+        "restart_seconds": round(t_done - t_restart, 1),
+    }
 
 
 def p99(values):
