@@ -290,8 +290,8 @@ def router_argv(listen: str, port: int, prometheus_port: int, policy: str = "cac
                              ("router_health_failure_threshold", health_failure_threshold, 1),
                              ("router_request_timeout", request_timeout, 1), ("router_stop_timeout", shutdown_grace, 0)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low or (name.endswith("port") and value > 65535):
-            raise TrafficError("%s is %r: use a whole number >= %d%s" % (name, value, low,
-                                                                        " and <= 65535" if name.endswith("port") else ""))
+            bound = " and <= 65535" if name.endswith("port") else ""
+            raise TrafficError("%s is %r: use a whole number >= %d%s" % (name, value, low, bound))
     if port == prometheus_port:
         raise TrafficError("router_port and router_prometheus_port are both %d: give the metrics their own port" % port)
     if not isinstance(health_check_endpoint, str) or not health_check_endpoint.startswith("/"):

@@ -191,8 +191,8 @@ def test_router_mode_without_a_router_is_refused():
 def test_rotation_for_status():
     fake = FakeRouter(["http://10.0.0.1:30001", "http://10.0.0.3:30003"])
     fake.workers["id-http://10.0.0.3:30003"]["is_healthy"] = False
-    got = traffic.rotation("http://127.0.0.1:30000", ["http://10.0.0.1:30001/", "http://10.0.0.2:30002",
-                                                       "http://10.0.0.3:30003"], opener=fake)
+    urls = ["http://10.0.0.1:30001/", "http://10.0.0.2:30002", "http://10.0.0.3:30003"]
+    got = traffic.rotation("http://127.0.0.1:30000", urls, opener=fake)
     assert got["reachable"] and got["error"] is None
     assert {u: v["in_rotation"] for u, v in got["instances"].items()} == {
         "http://10.0.0.1:30001/": True, "http://10.0.0.2:30002": False, "http://10.0.0.3:30003": False}
