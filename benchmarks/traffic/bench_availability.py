@@ -5,7 +5,7 @@ plugins/module_utils/traffic.py, as roles/sglang_service/tasks/instance_traffic.
 without (the control: stop, start, wait for readiness, the router left to find out on its own), in the
 same run, so the figure is shown against what it replaces. A second control also turns the router's retries off
 (--disable-retries): sglang-router retries a refused connection on another worker, which hides most of what the
-drain prevents; that arm shows it.
+drain prevents; that arm shows it, and a drained arm with retries off shows the drain on its own.
 
     python benchmarks/traffic/bench_availability.py --quick --json /tmp/availability.json
 
@@ -116,6 +116,7 @@ def main(argv=None) -> int:
         arms = {"drain": arm(standins, True, args), "no_drain": arm(standins, False, args)}
         if not args.skip_no_retries:
             arms["no_drain_no_retries"] = arm(standins, False, args, ["--disable-retries"])
+            arms["drain_no_retries"] = arm(standins, True, args, ["--disable-retries"])
     finally:
         for s in standins:
             s.stop()
@@ -130,6 +131,7 @@ def main(argv=None) -> int:
         "arms": arms,
         "failed_requests_no_drain": n["failed_requests"],
         "failed_requests_no_drain_no_retries": arms.get("no_drain_no_retries", {}).get("failed_requests"),
+        "failed_requests_drain_no_retries": arms.get("drain_no_retries", {}).get("failed_requests"),
     }
     text = json.dumps(out, indent=2)
     print(text)
