@@ -75,7 +75,7 @@ def arm(standins, drain: bool, args, router_flags=()) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--quick", action="store_true", help="8 instances, short windows")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--instances", type=int, default=8)
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.fleet == "ssh":
         import subprocess
-        target = Path(args.json or tempfile.mktemp(prefix="availability-ssh-", suffix=".json"))
+        target = Path(args.json or os.path.join(tempfile.mkdtemp(prefix="availability-ssh-"), "availability.json"))
         env = {**os.environ, "CT200_TRAFFIC_BENCH_JSON": str(target)}
         rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                               str(REPO / "tests" / "fleet" / "test_traffic_fleet.py")], cwd=REPO, env=env)
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         return 2
     model = tempfile.mkdtemp(prefix="bench-availability-")
     standins = [lab.StandIn(lab.free_port(), model, completion_seconds=args.completion_seconds)
-                for _ in range(args.instances)]
+                for _index in range(args.instances)]
     started = time.time()
     try:
         for s in standins:

@@ -71,7 +71,7 @@ def test_the_router_serves_the_fleet(routed):
     got = traffic.rotation(routed["router_url"], routed["urls"], routed["key"])
     assert got["reachable"], got["error"]
     assert all(v["in_rotation"] for v in got["instances"].values()), got
-    status, _ = lab.chat(routed["router_url"], model=MODEL, api_key=routed["key"])
+    status, _body = lab.chat(routed["router_url"], model=MODEL, api_key=routed["key"])
     assert status == 200
     assert "Client entry point: http://" in routed["run"].out
 

@@ -148,7 +148,7 @@ def answered_at(proc: Proc) -> list[float]:
 
 
 class Router:
-    def __init__(self, port=None, flags=ROUTER_FLAGS):
+    def __init__(self, port=None, flags=tuple(ROUTER_FLAGS)):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [str(ROUTER_VENV / "bin" / "python"), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
@@ -173,12 +173,12 @@ class Load:
         self.model, self.api_key = model, api_key
         self.results: list[tuple[float, float, int]] = []  # (start, end, status)
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(concurrency)]
+        self._threads = [threading.Thread(target=self._run, daemon=True) for _index in range(concurrency)]
 
     def _run(self):
         while not self._stop.is_set():
             t0 = time.time()
-            status, _ = chat(self.url, timeout=self.timeout, model=self.model, api_key=self.api_key)
+            status, _body = chat(self.url, timeout=self.timeout, model=self.model, api_key=self.api_key)
             self.results.append((t0, time.time(), status))
             time.sleep(self.pause)
 
