@@ -293,17 +293,22 @@ def disk_checks(disk):
     return []
 
 
-def fit_checks(fit, earlier_failed):
-    """The fit check's refusal; a fit check that could not run is a failure only when nothing else failed."""
+# check mode on a bare host: the Hub client venv is not installed, so no config can be fetched to check
+CLIENT_PENDING = "not checked in check mode: the Hub client the fit check reads configs with is installed by the real run"
+
+
+def fit_checks(fit, earlier_failed, client_ready=True):
+    """The fit check's refusal; a fit check that could not run is a failure only when nothing else failed,
+    and never when the reason is check mode on a host whose Hub client the real run would install."""
     if isinstance(fit, dict) and fit.get("failed"):
         return [{"check": "fit", "cause": fit.get("msg") or "?",
                  "fix": "see the cause (context_length, kv_cache_dtype, mem_fraction_static, tp)"}]
-    if not _ran(fit) and not earlier_failed:
+    if not _ran(fit) and not earlier_failed and client_ready:
         return [{"check": "fit", "cause": "not checked: the model configs could not be fetched", "fix": "see the earlier tasks"}]
     return []
 
 
-def failed_checks(check_lists, token_problem, hub, repo_count, plan, disk, fit):
+def failed_checks(check_lists, token_problem, hub, repo_count, plan, disk, fit, client_ready=True):
     """All failed checks of one host, in the report's order: the hosts' own check lists, the controller's
     Hub verdicts, the download plan, the disk, the fit."""
     out = []
@@ -312,7 +317,7 @@ def failed_checks(check_lists, token_problem, hub, repo_count, plan, disk, fit):
     out.extend(hub_checks(token_problem, hub, repo_count))
     out.extend(plan_checks(plan))
     out.extend(disk_checks(disk))
-    out.extend(fit_checks(fit, bool(out)))
+    out.extend(fit_checks(fit, bool(out), client_ready))
     return out
 
 
@@ -331,7 +336,7 @@ def _access_map(access, repo_ids):
     return dict((r.get("repo_id"), r.get("access")) for r in access.get("repos") or [] if isinstance(r, dict))
 
 
-def host_row(host, runtime, token_query, hub, repo_ids, plan, disk, fit, checks):
+def host_row(host, runtime, token_query, hub, repo_ids, plan, disk, fit, checks, client_ready=True):
     """One reachable host's report row."""
     runtime = runtime or {}
     gpus = runtime.get("gpus") or []
@@ -355,6 +360,7 @@ def host_row(host, runtime, token_query, hub, repo_ids, plan, disk, fit, checks)
         "bytes_to_fetch": sum(int(r.get("bytes_to_download") or 0) for r in plan_results),
         "free_bytes": _first(f.get("free_bytes") for f in (disk or {}).get("filesystems") or [] if isinstance(f, dict)),
         "fit": (fit or {}).get("fit") if _ran(fit) else None,
+        "fit_note": CLIENT_PENDING if not _ran(fit) and client_ready is False else None,
         # fabric and GPU health (host_facts), and with --deep the runtime proof: their failures are in checks
         "health": runtime.get("health"),
         "runtime_proof": runtime.get("runtime_proof"),

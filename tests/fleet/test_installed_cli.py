@@ -105,13 +105,11 @@ def _fleet_env(ssh_fleet, operator, token_file: Path) -> dict:
     return _clean_env(ANSIBLE_COLLECTIONS_PATH=str(operator["collections"]), **sandbox)
 
 
-# deploy --check stops at the runtime phase on a bare fleet from any checkout (check mode installs no venv
-# for the later phases to read), so it walks the preflight and the token phase, which check mode can.
-@pytest.mark.parametrize("argv", [["preflight"], pytest.param(
-    ["deploy", "--check", "--tags", "hf_token"], marks=pytest.mark.xfail(
-        reason="KNOWN DEFECT, open: deploy --check from the installed CLI fails one controller task on a fresh "
-               "SSH fleet (not yet diagnosed); the preflight from the installed CLI passes on all 8 hosts"))],
-    ids=["preflight", "deploy-check"])
+# deploy --check on a bare fleet: check mode installs no Hub client venv, so the preflight's fit check
+# cannot read the model configs; it is noted as not checked in check mode, not failed (it failed the run
+# from any checkout until the site plan learnt it). The token phase is what check mode can walk after it.
+@pytest.mark.parametrize("argv", [["preflight"], ["deploy", "--check", "--tags", "hf_token"]],
+                         ids=["preflight", "deploy-check"])
 def test_fleet_commands_run_from_outside_the_checkout(ssh_fleet, operator, tmp_path, argv):
     token_file = tmp_path / "token"
     token_file.write_text(token_for("granted") + "\n")

@@ -269,3 +269,14 @@ def test_fanout_result_seed_counts_hub_bytes_and_a_failed_job_is_not_verified():
                                                   {"finished": 1, "failed": True, "msg": "no source"}])
     assert (peer["role"], peer["verified"]) == ("peer", False)
     assert peer["repos"][0]["fallbacks"] == 1 and peer["repos"][1]["msg"] == "no source"
+
+
+def test_a_fit_check_check_mode_could_not_run_is_noted_not_failed():
+    """deploy --check on a bare host: the Hub client venv is not there yet, so no config was fetched."""
+    assert sp.fit_checks({"skipped": True}, False, client_ready=False) == []
+    assert sp.fit_checks({"skipped": True}, False)[0]["cause"].startswith("not checked")
+    refused = {"failed": True, "msg": "context_length 262144 does not fit"}
+    assert sp.fit_checks(refused, False, client_ready=False)[0]["cause"] == refused["msg"]
+    pending = sp.host_row("h1", RUNTIME, {}, HUB, HUB["repos"], plan(), {}, {"skipped": True}, [], client_ready=False)
+    assert pending["fit"] is None and pending["fit_note"] == sp.CLIENT_PENDING
+    assert row("h1")["fit_note"] is None
