@@ -222,7 +222,8 @@ def host_plan(plan):
             continue
         item = r.get("item") or {}
         label = " ".join(str(x) for x in (item.get("name"), item.get("repo_id")) if x)
-        requirements.append({"label": label, "path": item.get("local_dir"), "bytes": int(r["disk"].get("needed_bytes") or 0)})
+        requirements.append({"label": label, "path": item.get("local_dir"), "bytes": int(r["disk"].get("needed_bytes") or 0),
+                             "reused_bytes": int(r["disk"].get("reused_bytes") or 0)})
     planned = [r for r in results if r.get("commit")]
     return {"requirements": requirements, "planned": [(r.get("item") or {}).get("repo_id") for r in planned],
             "to_download": [(r.get("item") or {}).get("name") for r in planned if int(r.get("files_to_download") or 0) > 0],
