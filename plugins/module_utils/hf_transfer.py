@@ -1450,5 +1450,6 @@ def _finish_noop(opts, plan, manifest, started, network_calls, warnings, plannin
     if disk is not None:
         res["disk"] = disk
     if opts.check_mode:
-        res.update(bytes_to_download=0, files_to_download=0, would_download=[])
+        res.update(bytes_to_download=0, files_to_download=0, would_download=[], bytes_to_link=0, files_to_link=0,
+                   would_link=[])
     return res
