@@ -415,8 +415,8 @@ def make_plan(opts, commit, tree_files, manifest, hash_workers=None, source="the
     if snap is not None and snap != commit:
         raise DownloadError(
             "%s is the snapshot of commit %s, but %s@%s is commit %s: a snapshot directory holds one commit and is "
-            "never written with another's files; nothing was written" % (opts.local_dir, snap, opts.repo_id, opts.revision,
-                                                                          commit),
+            "never written with another's files; nothing was written"
+            % (opts.local_dir, snap, opts.repo_id, opts.revision, commit),
             code="snapshot_mismatch",
             fix="stage the new commit beside it, in %s (layout: snapshots with local_dir the repository's root)"
                 % hf_manifest.snapshot_dir(os.path.dirname(os.path.dirname(opts.local_dir)), commit))

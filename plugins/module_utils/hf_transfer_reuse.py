@@ -67,8 +67,8 @@ def candidate_dirs(local_dir, reuse_dirs=None, siblings=True):
 
 
 def load_sources(local_dir, repo_id, repo_type, reuse_dirs=None, siblings=True, warnings=None):
-    """Sources whose manifest is of the same repository, on the filesystem of ``local_dir``'s parent."""
-    device = _device(os.path.dirname(os.path.abspath(local_dir)))
+    """Sources whose manifest is of the same repository (a link to another filesystem fails with EXDEV and the
+    file is fetched instead)."""
     sources = []
     for path in candidate_dirs(local_dir, reuse_dirs, siblings):
         manifest = hf_manifest.Manifest.load(path)

@@ -306,12 +306,13 @@ def plan(release_dir=RELEASE_DIR, weights_roots=None, venv_roots=None, keep=None
             result["keep"].append({"path": path, "kind": kind, "why": why})
         else:
             result["delete"].append({"path": path, "kind": kind})
-    result["bytes_freed"] = freed_bytes([d["path"] for d in result["delete"]], [k["path"] for k in result["keep"]])
+    result["bytes_freed"] = freed_bytes([d["path"] for d in result["delete"]])
     return result
 
 
-def freed_bytes(deleted, kept):
-    """Blocks of the inodes whose every link is under ``deleted`` (a link in a kept dir frees nothing)."""
+def freed_bytes(deleted):
+    """Blocks of the inodes whose every link is under ``deleted`` (a link anywhere else, a kept snapshot, frees
+    nothing)."""
     links = {}
     for top in deleted:
         for st in _walk_files(top):

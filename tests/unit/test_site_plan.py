@@ -273,8 +273,8 @@ def test_fanout_result_seed_counts_hub_bytes_and_a_failed_job_is_not_verified():
 
 
 def test_staged_repos_point_every_later_step_at_the_commits_snapshot():
-    repos = [{"name": "target", "repo_id": "o/t", "local_dir": "/models/o/t/"}, {"name": "drafter", "repo_id": "o/d",
-                                                                                "local_dir": "/models/o/d"}]
+    repos = [{"name": "target", "repo_id": "o/t", "local_dir": "/models/o/t/"},
+             {"name": "drafter", "repo_id": "o/d", "local_dir": "/models/o/d"}]
     plans = [{"commit": "a" * 40, "item": repos[0]}, {"skipped": True}]
     listings = [{"commit": "b" * 40}, {"commit": "c" * 40}]
     got = sp.staged_repos(repos, plans, listings)
