@@ -166,7 +166,7 @@ def measure(workdir=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args(argv)
     figures = measure()

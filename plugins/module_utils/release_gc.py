@@ -353,12 +353,15 @@ def apply(result, lock_factory=None):
         parent, name = os.path.split(path)
         fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone meanwhile (another host's GC on a shared directory)
             if not stat.S_ISDIR(st.st_mode):
                 warnings.append("%s is no longer a directory; left alone" % path)
                 continue
             _make_writable(name, fd)
-            shutil.rmtree(name, dir_fd=fd)  # fd-based, symlink-attack resistant
+            shutil.rmtree(name, dir_fd=fd, onerror=_gone_is_fine)  # fd-based, symlink-attack resistant
         finally:
             os.close(fd)
     by_dir = {}
@@ -392,6 +395,12 @@ def apply(result, lock_factory=None):
             if lock is not None:
                 lock.release()
     return warnings
+
+
+def _gone_is_fine(_function, _path, exc_info):
+    """rmtree's error handler: an entry already removed (a concurrent deletion) is fine; anything else is raised."""
+    if not isinstance(exc_info[1], FileNotFoundError):
+        raise exc_info[1]
 
 
 def _make_writable(name, dir_fd):

@@ -154,7 +154,7 @@ options:
     description:
       - C(flat) writes the files into O(local_dir) itself.
       - C(snapshots) takes O(local_dir) as the repository's root and writes the commit O(commit) names into
-        C(<local_dir>/snapshots/<commit>/) ; RV(local_dir) is that directory.
+        C(<local_dir>/snapshots/<commit>/).
         Each commit gets its own directory beside the kept ones, so a new commit is staged while the old one serves.
       - Whatever the layout, a O(local_dir) named C(.../snapshots/<commit40>) is a snapshot, once complete never
         written with another commit's files (C(snapshot_mismatch)); its verified files are made read-only (0444),
