@@ -181,3 +181,15 @@ def test_disk_preflight_counts_new_bytes_and_names_the_reused_ones():
     checks = disk_preflight.check_requirements([("target@abc", "/models/t", 1000, 590 * 10**9)], 10**9,
                                                fs_lookup=lambda _p: Fs())
     assert checks[0].needed_bytes == 1000 and checks[0].reused_bytes == 590 * 10**9
+
+
+def test_a_staging_that_does_not_fit_beside_the_kept_snapshot_is_refused_with_the_numbers(shub, tmp_path):
+    root = tmp_path / "m"
+    download(shub, root)
+    c2 = new_commit(shub, {"config.json": NEW_CONFIG}, "config only")
+    free = disk_preflight.fs_info(str(root)).free_bytes
+    failed, res = run_download(shub, root, repo_id=REPO, layout="snapshots", min_free_bytes=free)  # headroom = all free
+    assert failed and res["code"] == "disk_full", res
+    assert "beside the kept snapshots" in res["msg"] and "need %d B more" % len(NEW_CONFIG) in res["msg"]
+    assert "hard-linked from the kept snapshots" in res["msg"] and res["bytes_reused"] > 0
+    assert not os.path.exists(root / "snapshots" / c2 / "config.json")
