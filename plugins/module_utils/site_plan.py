@@ -541,13 +541,15 @@ def staged_repos(repos, plans, listings):
     """The repositories as staged: ``local_dir`` their snapshot of the commit this run deploys (``root_dir`` the
     repository's root); ``dirs`` name -> snapshot (model_weights_dirs); ``models`` what weight_peer serves."""
     commits = commits_of(repos, plans, listings)
-    staged, dirs = [], {}
+    staged, dirs, create = [], {}, []
     for repo in repos:
         root = repo.get("local_dir")
         snap = snapshot_path(root, commits.get(repo.get("name")))
         staged.append(dict(repo, local_dir=snap, root_dir=root))
         dirs[repo.get("name")] = snap
-    return {"repos": staged, "dirs": dirs, "commits": commits,
+        # the root and snapshots/ too: the download user stages the next commit there itself
+        create += [str(root).rstrip("/"), "%s/snapshots" % str(root).rstrip("/"), snap]
+    return {"repos": staged, "dirs": dirs, "commits": commits, "create_dirs": create,
             "models": [{"name": r.get("name"), "path": r["local_dir"]} for r in staged]}
 
 

@@ -302,6 +302,11 @@ dirs:
   description: O(stage=staged). Repository name -> its snapshot directory C(<root>/snapshots/<commit>) (model_weights_dirs).
   returned: stage=staged
   type: dict
+create_dirs:
+  description: O(stage=staged). Each repository's root, its C(snapshots/) and the snapshot, to create owned by the download user.
+  returned: stage=staged
+  type: list
+  elements: str
 to_download:
   description: O(stage=host_plan). Names of the repositories with files to download.
   returned: stage=host_plan

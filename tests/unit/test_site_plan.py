@@ -280,6 +280,7 @@ def test_staged_repos_point_every_later_step_at_the_commits_snapshot():
     got = sp.staged_repos(repos, plans, listings)
     assert got["dirs"] == {"target": "/models/o/t/snapshots/" + "a" * 40, "drafter": "/models/o/d/snapshots/" + "c" * 40}
     assert [r["root_dir"] for r in got["repos"]] == ["/models/o/t/", "/models/o/d"]
+    assert got["create_dirs"][:3] == ["/models/o/t", "/models/o/t/snapshots", got["dirs"]["target"]]
     assert got["models"] == [{"name": "target", "path": got["dirs"]["target"]},
                              {"name": "drafter", "path": got["dirs"]["drafter"]}]
     with pytest.raises(sp.PlanError, match="commit of /models/o/d is unknown"):
