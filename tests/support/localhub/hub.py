@@ -158,7 +158,7 @@ class LocalHub:
         Older commits stay resolvable by their sha, and tags stay on the commits they named.
         Returns the new commit's sha."""
         parent = self.repo(repo_id, repo_type)
-        sources = {path: src for path, src in parent.spec.files.items()}
+        sources = dict(parent.spec.files.items())
         for path, source in files.items():
             if source is None:
                 if path not in sources:
