@@ -152,6 +152,29 @@ def render_file_sd(groups):
     return json.dumps(groups, indent=2, sort_keys=True) + "\n"
 
 
+def accept_floor_rules(instance_groups):
+    """floors.rules.yml (JSON is YAML): one recording rule ct200:min_accept_length per speculative instance,
+    its floor as the value, so CT200AcceptLengthLow compares each instance with its own floor."""
+    rules = []
+    for group in instance_groups:
+        labels = group["labels"]
+        if "ct200_min_accept_length" in labels:
+            rules.append({"record": "ct200:min_accept_length", "expr": "vector(%s)" % labels["ct200_min_accept_length"],
+                          "labels": {"ct200_host": labels["ct200_host"], "ct200_instance": labels["ct200_instance"]}})
+    return json.dumps({"groups": [{"name": "ct200-accept-floors", "rules": rules}]},
+                      indent=2, sort_keys=True) + "\n"
+
+
+def monitoring_files(endpoints_by_host, monitoring_host, router=None, host_exporter_port=None,
+                     default_min_accept_length=None):
+    """{file name: text} of everything the monitoring role writes from the inventory: the three file_sd
+    target files and floors.rules.yml."""
+    groups = file_sd_groups(endpoints_by_host, monitoring_host, router, host_exporter_port, default_min_accept_length)
+    files = {name: render_file_sd(value) for name, value in groups.items()}
+    files["floors.rules.yml"] = accept_floor_rules(groups["instances.json"])
+    return files
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Prometheus text format (the /metrics of SGLang and of the stand-in)
 # ---------------------------------------------------------------------------------------------------------------
