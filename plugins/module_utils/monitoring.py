@@ -290,3 +290,88 @@ def status_table(rows):
     cells += [[_cell(key, row.get(key)) for key, _title in STATUS_COLUMNS] for row in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(STATUS_COLUMNS))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells)
+
+
+def _health(status):
+    try:
+        code = int(status)
+    except (TypeError, ValueError):
+        return "unreachable"
+    if code == 200:
+        return "ok"
+    if code == 503:
+        return "starting"
+    return "unreachable" if code <= 0 else "http %d" % code
+
+
+def token_state(fingerprint, expected):
+    """in_sync / drift / missing of a host's token file against the inventory's token, '-' without either."""
+    if not fingerprint or fingerprint == "none":
+        return "missing"
+    if not expected:
+        return "-"
+    return "in_sync" if fingerprint == expected else "drift"
+
+
+def status_rows(report, rules=None, in_rotation=None):
+    """The rows of `ct200 status` from status.yml's raw report.
+
+    report: {"expected_fingerprint": str|None, "prometheus": {"<host>/<instance>": accept_length} | None,
+             "hosts": [{"host", "fingerprint", "release_state", "release_records", "instances": [
+                 {"endpoint": instance_endpoints item, "health_status": int, "metrics": str|None,
+                  "server_info": dict|None}]}]}
+    in_rotation: callable(host, instance) -> bool|None (the router's answer), None: not known ('-')."""
+    rows = []
+    report = report or {}
+    prom = report.get("prometheus")
+    expected = report.get("expected_fingerprint")
+    for host in sorted(report.get("hosts") or [], key=lambda h: str(h.get("host"))):
+        for inst in host.get("instances") or []:
+            ep = inst.get("endpoint") or {}
+            row = {"host": host.get("host"), "instance": ep.get("instance"), "model": ep.get("model"),
+                   "speculative": bool(ep.get("speculative")), "min_accept_length": ep.get("min_accept_length"),
+                   "health": _health(inst.get("health_status")),
+                   "release": release_summary(host.get("release_state"), host.get("release_records")),
+                   "token_state": token_state(host.get("fingerprint"), expected), "in_rotation": None,
+                   "accept_source": None, "metrics_error": None}
+            samples = []
+            if inst.get("metrics"):
+                try:
+                    samples = parse_exposition(inst["metrics"])
+                except MonitoringError as exc:
+                    row["metrics_error"] = str(exc)
+            key = "%s/%s" % (row["host"], row["instance"])
+            accept = None
+            if prom is not None and key in prom and prom[key] is not None:
+                accept, row["accept_source"] = float(prom[key]), "prometheus (5m)"
+            if accept is None:
+                accept = metric_value(samples, "sglang:spec_accept_length", "max")
+                row["accept_source"] = "metrics" if accept is not None else None
+            if accept is None:
+                states = ((inst.get("server_info") or {}).get("internal_states") or [{}])
+                value = states[0].get("avg_spec_accept_length") if isinstance(states[0], dict) else None
+                if value is not None:
+                    accept, row["accept_source"] = float(value), "server_info"
+            row["accept_length"] = accept if row["speculative"] else None
+            row["decode_tok_s"] = metric_value(samples, "sglang:gen_throughput")
+            row["queue_reqs"] = metric_value(samples, "sglang:num_queue_reqs")
+            row["token_usage"] = metric_value(samples, "sglang:token_usage", "max")
+            if in_rotation is not None:
+                row["in_rotation"] = in_rotation(row["host"], row["instance"])
+            row["verdict"] = instance_verdict(row, rules)
+            rows.append(row)
+    return rows
+
+
+def prometheus_accept_lengths(answer):
+    """{"<host>/<instance>": value} of a /api/v1/query answer for ct200:accept_length:avg5m."""
+    out = {}
+    if not isinstance(answer, dict) or answer.get("status") != "success":
+        return out
+    for item in (answer.get("data") or {}).get("result") or []:
+        labels = item.get("metric") or {}
+        try:
+            out["%s/%s" % (labels["ct200_host"], labels["ct200_instance"])] = float(item["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return out
