@@ -51,6 +51,8 @@ HEAVY_UNITS = {
     "tests/sglang/test_molecule_sglang.py": 123, "tests/unit/test_docs_and_lint.py::test_ansible_test_sanity": 118,
     "tests/download/test_molecule_model_weights.py": 100, "fo_site": 90,
     "tests/unit/test_docs_and_lint.py::test_ansible_lint_production_profile": 60,
+    "tests/sglang/test_monitoring_live.py": 66, "tests/sglang/test_monitoring_role.py": 45,
+    "tests/sglang/test_status_live.py": 33,
 }
 # Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
 PER_TEST_MODULES = ("tests/unit/test_docs_and_lint.py",)

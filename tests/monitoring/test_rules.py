@@ -28,7 +28,7 @@ def inventory_files():
 
 def promtool(*argv, cwd=None):
     return subprocess.run([prometheus_bin.binary("promtool")] + list(argv), capture_output=True, text=True,
-                          timeout=120, cwd=cwd)
+                          timeout=120, cwd=cwd, check=False)
 
 
 @pytest.fixture()

@@ -105,7 +105,7 @@ def test_standin_metrics_follow_standin_json(mdir):
         url = "http://127.0.0.1:%d/metrics" % port
         before = monitoring.parse_exposition(urllib.request.urlopen(url, timeout=5).read().decode())
         assert monitoring.metric_value(before, "sglang:spec_accept_length") is None  # no verify step yet
-        for _ in range(3):
+        for _attempt in range(3):
             assert call("http://127.0.0.1:%d/v1/chat/completions" % port, CHAT)[0] == 200
         with urllib.request.urlopen(url, timeout=5) as answer:
             assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -122,7 +122,9 @@ def test_standin_metrics_follow_standin_json(mdir):
         expect = set(labelnames) | ({"le"} if name.endswith("_bucket") else set())
         assert set(labels) == expect, (name, labels)
         assert labels["model_name"] == "kimi-k2.6"
-    value = lambda name: monitoring.metric_value(samples, name)  # noqa: E731
+
+    def value(name):
+        return monitoring.metric_value(samples, name)
     assert value("sglang:spec_accept_length") == 1.0
     assert value("sglang:spec_accept_rate") == 0.0
     assert value("sglang:gen_throughput") == 12.5

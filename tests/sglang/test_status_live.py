@@ -23,8 +23,8 @@ def test_status_table_flags_the_bad_drafter(tmp_path):
     try:
         for name, accept in (("st-good", 3.5), ("st-bad", 1.0)):
             mdir = {"kimi": models.kimi(tmp_path / name), "kimi_draft": models.kimi_draft(tmp_path / name)}
-            Path(mdir["kimi_draft"], "standin.json").write_text(json.dumps({"accept_length": accept,
-                                                                             "decode_tok_s": 41.5}))
+            behaviour = {"accept_length": accept, "decode_tok_s": 41.5}
+            Path(mdir["kimi_draft"], "standin.json").write_text(json.dumps(behaviour))
             port = free_port()
             _spec, _resolved, argv = plan(kimi_params(mdir, port=port), real_dialect("0.5.23"))
             procs.append(start(python, argv, port)[0])
