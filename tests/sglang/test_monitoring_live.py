@@ -5,19 +5,13 @@ alert fires for the bad one only (short for:/intervals through the role's variab
 the inventory leaves Prometheus's targets when the target file is rewritten."""
 import json
 import os
-import subprocess
 import time
 import urllib.request
 
-import prometheus_bin
-from ansible_collections.ct200.deploy.plugins.module_utils import monitoring
-
 import models
+import prometheus_bin
 from conftest import kimi_params, plan, real_dialect, require_parse_venv
 from test_standin import CHAT, call, free_port, start
-
-SHORT = dict(monitoring_scrape_interval="1s", monitoring_scrape_timeout="1s", monitoring_evaluation_interval="1s",
-             monitoring_accept_for="8s")
 
 
 def api(port, path):
@@ -35,17 +29,6 @@ def wait(what, probe, timeout):
     raise AssertionError("%s: not within %ds (last: %r)" % (what, timeout, last))
 
 
-def write_targets(config_dir, stand_ins):
-    hosts = {name: ("127.0.0.1", monitoring.instance_endpoints(name, "127.0.0.1", [{
-        "name": "kimi", "port": port, "host": "127.0.0.1", "served_model_name": "kimi-k2.6",
-        "speculative": {"algorithm": "dflash"}}])) for name, port in stand_ins.items()}
-    for name, text in monitoring.monitoring_files(hosts, "mon").items():
-        sub = "rules" if name.endswith(".rules.yml") else "targets"
-        tmp = config_dir / sub / (name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, config_dir / sub / name)  # as the role writes them: whole files renamed into place
-
-
 def test_prometheus_fires_the_acceptance_alert_on_a_bad_drafter(tmp_path):
     python = require_parse_venv("0.5.23")
     procs, ports = [], {}
@@ -60,25 +43,16 @@ def test_prometheus_fires_the_acceptance_alert_on_a_bad_drafter(tmp_path):
             assert call("http://127.0.0.1:%d/v1/chat/completions" % port, CHAT)[0] == 200  # first verify step
             ports[name] = port
         config = tmp_path / "prometheus"
-        for sub in ("rules", "targets", "data"):
-            (config / sub).mkdir(parents=True)
-        (config / "rules" / "ct200.rules.yml").write_text(prometheus_bin.render("ct200.rules.yml.j2", **SHORT))
-        write_targets(config, ports)
         prom_port = free_port()
-        (config / "prometheus.yml").write_text(prometheus_bin.render(
-            "prometheus.yml.j2", monitoring_config_dir=str(config), monitoring_port=prom_port, **SHORT))
-        log = open(tmp_path / "prometheus.log", "w")
-        procs.append(subprocess.Popen([prometheus_bin.binary("prometheus"), "--config.file", str(config / "prometheus.yml"),
-                                       "--storage.tsdb.path", str(config / "data"),
-                                       "--web.listen-address", "127.0.0.1:%d" % prom_port], stdout=log, stderr=log))
+        procs.append(prometheus_bin.start_prometheus(config, ports, prom_port))
 
         def firing():
             alerts = api(prom_port, "/api/v1/alerts")["alerts"]
             return [a for a in alerts if a["labels"]["alertname"] == "CT200AcceptLengthLow" and a["state"] == "firing"]
         try:
             alerts = wait("CT200AcceptLengthLow firing", lambda: _quiet(firing), 90)
-        except AssertionError:
-            raise AssertionError((open(tmp_path / "prometheus.log").read()[-3000:]))
+        except AssertionError as exc:
+            raise AssertionError((config / "prometheus.log").read_text()[-3000:]) from exc
         assert [a["labels"]["ct200_host"] for a in alerts] == ["bad"]
         assert float(alerts[0]["value"]) == 1.0
         # the healthy one is scraped and above its floor
@@ -89,8 +63,10 @@ def test_prometheus_fires_the_acceptance_alert_on_a_bad_drafter(tmp_path):
             return sorted(t["labels"]["ct200_host"] for t in api(prom_port, "/api/v1/targets")["activeTargets"]
                           if t["labels"]["job"] == "sglang")
         assert wait("both scraped", lambda: scraped() == ["bad", "good"], 30)
-        write_targets(config, {"bad": ports["bad"]})  # "good" left the inventory
+        prometheus_bin.write_targets(config, {"bad": ports["bad"]})  # "good" left the inventory
+        began = time.monotonic()
         assert wait("good dropped from the targets", lambda: scraped() == ["bad"], 60)
+        print("alert and removal: target dropped %.1f s after the file changed" % (time.monotonic() - began))
     finally:
         for proc in procs:
             proc.terminate()

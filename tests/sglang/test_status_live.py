@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """`ct200 status` on two local hosts, each serving a stand-in: one healthy with a recorded release, one with a
 planted bad drafter (standin.json accept_length 1.0) and no release. The table shows both, the bad drafter
-breaks the acceptance rule, the command exits 1 and --json carries the rows."""
+breaks the acceptance rule, the command exits 1 and --json carries the rows. With a ct200_monitoring_host in the
+inventory the acceptance length comes from Prometheus (Debian's, on loopback, scraping both)."""
 import json
 import os
 import subprocess
@@ -11,10 +12,19 @@ from pathlib import Path
 import yaml
 
 import models
+import prometheus_bin
 from conftest import kimi_params, plan, real_dialect, require_parse_venv
 from test_standin import CHAT, call, free_port, start
+from test_monitoring_live import api, wait
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def ct200_status(inv, summary):
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "ct200_fleet", "status", "-i", str(inv), "--json", str(summary)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_status_table_flags_the_bad_drafter(tmp_path):
@@ -43,10 +53,16 @@ def test_status_table_flags_the_bad_drafter(tmp_path):
         inv = tmp_path / "hosts.yml"
         inv.write_text(yaml.safe_dump({"ct200": {"hosts": hosts}}))
         summary = tmp_path / "summary.json"
-        env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-        proc = subprocess.run([sys.executable, "-m", "ct200_fleet", "status", "-i", str(inv), "--json", str(summary)],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+        proc = ct200_status(inv, summary)
+        # the same fleet with Prometheus scraping it (its port in the monitoring host's variables)
+        prom_port, ports = free_port(), {h: v["sglang_service_instances"][0]["port"] for h, v in hosts.items()}
+        procs.append(prometheus_bin.start_prometheus(tmp_path / "prometheus", ports, prom_port))
+        wait("both instances in Prometheus", lambda: len(_quiet_query(prom_port)) == 2, 60)
+        hosts["st-good"]["monitoring_port"] = prom_port
+        inv_prom = tmp_path / "hosts-prom.yml"
+        inv_prom.write_text(yaml.safe_dump({"ct200": {"hosts": hosts, "vars": {"ct200_monitoring_host": "st-good"}}}))
+        summary_prom = tmp_path / "summary-prom.json"
+        proc_prom = ct200_status(inv_prom, summary_prom)
     finally:
         for p in procs:
             p.terminate()
@@ -66,3 +82,15 @@ def test_status_table_flags_the_bad_drafter(tmp_path):
     assert rows["st-good"]["accept_source"] == "metrics" and rows["st-bad"]["release"] == "-"
     assert rows["st-bad"]["verdict"] == ["accept length 1.00 < 2.00"]
     assert rows["st-good"]["token_state"] == "missing" and rows["st-good"]["in_rotation"] is None
+
+    assert proc_prom.returncode == 1, proc_prom.stdout + proc_prom.stderr
+    rows = {r["host"]: r for r in json.loads(summary_prom.read_text())["instances"]}
+    assert rows["st-good"]["accept_source"] == rows["st-bad"]["accept_source"] == "prometheus (5m)"
+    assert (rows["st-good"]["accept_length"], rows["st-bad"]["accept_length"]) == (3.5, 1.0)
+
+
+def _quiet_query(port):
+    try:
+        return api(port, "/api/v1/query?query=ct200:accept_length:avg5m")["result"]
+    except OSError:
+        return []
