@@ -317,6 +317,7 @@ def status_rows(report, rules=None, in_rotation=None):
     """The rows of `ct200 status` from status.yml's raw report.
 
     report: {"expected_fingerprint": str|None, "prometheus": {"<host>/<instance>": accept_length} | None,
+             "rotation": {"<host>/<instance>": bool} | None (the router's answer, traffic.rotation),
              "hosts": [{"host", "fingerprint", "release_state", "release_records", "instances": [
                  {"endpoint": instance_endpoints item, "health_status": int, "metrics": str|None,
                   "server_info": dict|None}]}]}
@@ -356,7 +357,10 @@ def status_rows(report, rules=None, in_rotation=None):
             row["decode_tok_s"] = metric_value(samples, "sglang:gen_throughput")
             row["queue_reqs"] = metric_value(samples, "sglang:num_queue_reqs")
             row["token_usage"] = metric_value(samples, "sglang:token_usage", "max")
-            if in_rotation is not None:
+            rotation = report.get("rotation")
+            if isinstance(rotation, dict) and key in rotation:
+                row["in_rotation"] = None if rotation[key] is None else bool(rotation[key])
+            elif in_rotation is not None:
                 row["in_rotation"] = in_rotation(row["host"], row["instance"])
             row["verdict"] = instance_verdict(row, rules)
             rows.append(row)

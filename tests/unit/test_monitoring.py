@@ -125,6 +125,9 @@ def test_status_rows_sources_of_the_acceptance_length():
     (r,) = mon.status_rows(report, in_rotation=lambda host, instance: True)
     assert (r["accept_length"], r["accept_source"], r["health"], r["in_rotation"]) == (2.9, "server_info",
                                                                                        "unreachable", True)
+    report["rotation"] = {"h1/kimi": False}
+    (r2,) = mon.status_rows(report, in_rotation=lambda host, instance: True)
+    assert r2["in_rotation"] is False  # the report's router answer wins
     table = mon.status_table([r])
     assert table.splitlines()[0].split()[:4] == ["HOST", "INSTANCE", "HEALTH", "RELEASE"]
     assert "2.90" in table and "yes" in table
