@@ -107,29 +107,81 @@ def parse_with_sglang(argv):
     return importlib.metadata.version("sglang"), _plain(values)
 
 
-BEHAVIOUR_DEFAULTS = {"accept_length": 3.5, "decode_tok_s": 40.0, "never_ready": False, "fail_rate": 0.0,
-                      "crash_on_start": False}
-# Keys only /metrics reads (absent from a standin.json: these values).
-METRICS_DEFAULTS = {"queue_reqs": 0, "token_usage": 0.05, "ttft_s": 0.05}
+BEHAVIOUR_FILE = "standin.json"
+BEHAVIOUR_LIMIT = 64 * 1024
+DEFAULTS = {"accept_length": 3.5, "decode_tok_s": 40.0, "never_ready": False, "fail_rate": 0.0,
+            "crash_on_start": False}
+# Keys of standin.json only /metrics reads (absent: these values).
+METRICS_DEFAULTS = {"queue_reqs": 0.0, "token_usage": 0.05, "ttft_s": 0.05}
 
 
-def load_behaviour(argv_paths):
-    """The behaviour of the first ``standin.json`` found in argv_paths (directories, drafter first), defaults
-    filled in; CT200_STANDIN_ACCEPT_LENGTH stays a fallback for accept_length. (Minimal reader of the shared
-    design; the rollout helper's version supersedes it.)"""
-    behaviour = dict(BEHAVIOUR_DEFAULTS, **METRICS_DEFAULTS)
-    if os.environ.get("CT200_STANDIN_ACCEPT_LENGTH"):
-        behaviour["accept_length"] = float(os.environ["CT200_STANDIN_ACCEPT_LENGTH"])
-    for directory in argv_paths:
-        path = os.path.join(str(directory or ""), "standin.json")
-        if directory and os.path.isfile(path):
-            with open(path, encoding="utf-8") as handle:
-                given = json.loads(handle.read(65536))
-            if not isinstance(given, dict):
-                raise SystemExit("%s: not a JSON object: write {\"accept_length\": 3.5, ...}" % path)
-            behaviour.update({k: v for k, v in given.items() if k in behaviour})
-            break
-    return behaviour
+def _argv_value(argv, flag):
+    """The value of --flag VALUE or --flag=VALUE in argv (last one wins), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def behaviour_dir(argv):
+    """The directory whose standin.json rules: the drafter's, else the model's."""
+    return _argv_value(argv, "--speculative-draft-model-path") or _argv_value(argv, "--model-path")
+
+
+def _read_standin_json(argv_paths):
+    directory = argv_paths if isinstance(argv_paths, str) else behaviour_dir(list(argv_paths))
+    if not directory:
+        return "", {}
+    path = os.path.join(directory, BEHAVIOUR_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return path, {}
+    try:
+        raw = os.read(fd, BEHAVIOUR_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > BEHAVIOUR_LIMIT:
+        raise ValueError("%s is larger than %d bytes" % (path, BEHAVIOUR_LIMIT))
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("%s is not a JSON object" % path)
+    return path, data
+
+
+def _numbers(path, data, defaults):
+    out = dict(defaults)
+    for key, value in data.items():
+        if key not in defaults:
+            continue
+        if isinstance(defaults[key], bool):
+            if not isinstance(value, bool):
+                raise ValueError("%s: %s must be true or false, not %r" % (path, key, value))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("%s: %s must be a number, not %r" % (path, key, value))
+        out[key] = value if isinstance(value, bool) else float(value)
+    return out
+
+
+def load_behaviour(argv_paths, environ=None):
+    """The stand-in's behaviour: DEFAULTS, then CT200_STANDIN_ACCEPT_LENGTH, then standin.json of the drafter's
+    directory (else the model's). ``argv_paths``: the stand-in's argv, or the directory itself. (Minimal reader
+    of the shared design; the rollout helper's version supersedes it.)"""
+    environ = os.environ if environ is None else environ
+    path, data = _read_standin_json(argv_paths)
+    defaults = dict(DEFAULTS)
+    if environ.get("CT200_STANDIN_ACCEPT_LENGTH"):
+        defaults["accept_length"] = float(environ["CT200_STANDIN_ACCEPT_LENGTH"])
+    return _numbers(path, data, defaults)
+
+
+def load_metrics_behaviour(argv_paths):
+    """The keys of the same standin.json that only /metrics reads (METRICS_DEFAULTS filled in)."""
+    path, data = _read_standin_json(argv_paths)
+    return _numbers(path, data, METRICS_DEFAULTS)
 
 
 # SGLang 0.5.23's label sets: SchedulerMetricsCollector.init_new (no dp/priority) and tokenizer_metric_labels.
@@ -163,7 +215,7 @@ def _labels(pairs):
 
 def render_metrics(standin):
     """Prometheus text exposition (format 0.0.4) of the stand-in's state, on SGLang's names and labels."""
-    b, m = standin.behaviour, standin.metrics
+    b, m = dict(standin.behaviour, **standin.metrics_behaviour), standin.metrics
     name = standin.served_name
     sched = (("model_name", name), ("engine_type", "unified"), ("tp_rank", 0), ("pp_rank", 0), ("moe_ep_rank", 0))
     tok = (("model_name", name), ("engine_type", "unified"))
@@ -212,13 +264,14 @@ class StandIn(object):
         self.started = time.time()
         self.verify_steps = 0  # completions answered: each stands for the drafter's verify steps
         self.lock = threading.Lock()
-        self.behaviour = load_behaviour([args.get("speculative_draft_model_path"), args.get("model_path")])
+        self.behaviour = load_behaviour(argv)
+        self.metrics_behaviour = load_metrics_behaviour(argv)  # queue_reqs, token_usage, ttft_s of standin.json
         self.metrics = {"requests": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0, "ttft_sum": 0.0,
                         "ttft_buckets": [0] * (len(TTFT_BUCKETS) + 1)}
 
     def observe(self, prompt_tokens, generation_tokens):
         """One answered request in the /metrics counters and the TTFT histogram (behaviour ttft_s)."""
-        ttft = float(self.behaviour["ttft_s"])
+        ttft = float(self.metrics_behaviour["ttft_s"])
         with self.lock:
             m = self.metrics
             m["requests"] += 1
