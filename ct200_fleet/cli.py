@@ -43,6 +43,7 @@ PLAYBOOKS = {
 }
 # Extra var naming the JSON report a playbook writes on the controller (per-host verdicts).
 REPORT_VARS = {
+    "status": "ct200_status_json",
     "preflight": "ct200_preflight_json",
     "rotate-token": "ct200_report_json",
     "drift": "ct200_report_json",
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         "deploy": "deploy Kimi-K2.6 with the DFlash drafter (deploy_kimi.yml)",
         "rotate-token": "roll a new Hugging Face token out, canary first, then batches (rotate_hf_token.yml)",
         "drift": "list hosts off the expected token (the inventory's, or --token-file's); changes nothing",
-        "status": "read-only: SGLang units and token fingerprint per host",
+        "status": "read-only: per instance health, release, acceptance length, tok/s, queue, KV use, token, router",
         "promote-token": "make a rotated token the inventory's current token, once every host holds it",
     }
     for name, text in helps.items():
@@ -277,6 +278,8 @@ def main_extravars(args) -> dict:
         extravars["rotate_serial"] = args.batches
     if getattr(args, "deep", False):
         extravars["ct200_preflight_deep"] = True
+    if args.command == "status":
+        extravars["ct200_kimi_instance_vars"] = COLLECTION.playbook("vars/kimi_instance.yml")
     return extravars
 
 
@@ -290,6 +293,11 @@ def run_command(session: Session) -> int:
         outcome = session.run(args.command, playbook, main_extravars(args), check=getattr(args, "check", False))
         report(outcome, out)
         summary = summarize(args, args.command, playbook, outcome, session.pdd)
+        if args.command == "status":
+            from ct200_fleet.status import instance_report  # one place for the table and its verdict
+
+            summary.update(instance_report(outcome.report, out))
+            summary["ok"] = summary["ok"] and summary["instances_ok"]
         if getattr(args, "promote", False):
             if outcome.ok and not args.check:
                 summary["promotion"] = promote(session)

@@ -78,8 +78,8 @@ tests/support/sandbox/build-rootfs.sh
 
 log "SGLang wheelhouse for the sandbox hosts (installed by the sglang_runtime role)"
 scripts/sglang-wheelhouse.sh 0.5.23
-log "local apt repository for the sandbox hosts (no internet inside): sglang_runtime and weight_peer install from it"
-scripts/local-apt-repo.sh ninja-build numactl python3-apt nginx-light
+log "local apt repository for the sandbox hosts (no internet inside): sglang_runtime, weight_peer and monitoring install from it"
+scripts/local-apt-repo.sh ninja-build numactl python3-apt nginx-light prometheus
 
 for v in 0.5.23 0.5.11; do
   log "SGLang $v parser venv"

@@ -53,6 +53,8 @@ HEAVY_UNITS = {
     "tests/unit/test_docs_and_lint.py::test_ansible_lint_production_profile": 60,
     # the real sglang-router in front of loopback stand-ins (measured on a loaded machine, load ~6)
     "tests/traffic/test_drain_playbook.py": 48, "tests/traffic/test_router_drain.py": 38,
+    "tests/sglang/test_monitoring_live.py": 66, "tests/sglang/test_monitoring_role.py": 45,
+    "tests/sglang/test_status_live.py": 33,
 }
 # Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
 PER_TEST_MODULES = ("tests/unit/test_docs_and_lint.py",)

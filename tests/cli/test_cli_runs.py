@@ -124,7 +124,12 @@ def test_private_data_dir_is_kept_when_given(tmp_path):
     assert len(artifacts) == 1 and "runner private data dir: %s" % pdd in out
     assert not (pdd / "env").exists(), "suppress_env_files: runner writes no env/ files"
     command = json.loads((artifacts[0] / "command").read_text())
-    assert command["command"][0] == "ansible-playbook" and "-e" not in command["command"]
+    argv = command["command"]
+    assert argv[0] == "ansible-playbook"
+    # status passes only controller paths as extra vars (its report file, the deploy's instance file): no value
+    extra = json.loads(argv[argv.index("-e") + 1]) if "-e" in argv else {}
+    assert set(extra) <= {"ct200_status_json", "ct200_kimi_instance_vars"}, extra
+    assert all(os.path.isabs(v) for v in extra.values()), extra
 
 
 @pytest.mark.parametrize("forks", ["1", "3"])

@@ -124,7 +124,7 @@ def test_standin_answers_chat_completions_and_honours_the_api_key_file(mdir, tmp
         assert answer["choices"][0]["message"]["role"] == "assistant"
         assert answer["choices"][0]["finish_reason"] == "stop" and "usage" in answer
         assert call(base + "/v1/chat/completions", dict(CHAT, model="other"), key=key)[0] == 404
-        assert call(base + "/metrics")[0] == 200
+        assert get(base + "/metrics")[0] == 200  # Prometheus text, open like SGLang's
     finally:
         proc.terminate()
         err = proc.communicate(timeout=30)[1]

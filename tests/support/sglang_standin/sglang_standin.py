@@ -37,6 +37,14 @@ completion ("verify step"), then reports CT200_STANDIN_ACCEPT_LENGTH (default 3.
 1.0 to test a drafter that accepts nothing); ``/generate`` reports the same
 ``meta_info.spec_accept_length`` and ``spec_verify_ct``.
 
+Metrics: ``GET /metrics`` is Prometheus text with SGLang 0.5.23's own metric names and label
+sets (``srt/observability/metrics_collector.py``; tests/sglang/test_standin_metrics.py compares
+them with that source): the scheduler's gauges (``sglang:spec_accept_length``, ``sglang:gen_throughput``,
+``sglang:num_queue_reqs``, ``sglang:token_usage`` ...) and the tokenizer's counters and
+``sglang:time_to_first_token_seconds`` histogram. Their values follow the behaviour of
+``standin.json`` (``load_behaviour``): accept_length, decode_tok_s, and the optional metrics keys
+queue_reqs (default 0), token_usage (default 0.05) and ttft_s (default 0.05).
+
 Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
 weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1),
 CT200_STANDIN_ACCEPT_LENGTH (above), CT200_STANDIN_COMPLETION_SECONDS (each chat completion takes
@@ -100,6 +108,154 @@ def parse_with_sglang(argv):
     return importlib.metadata.version("sglang"), _plain(values)
 
 
+BEHAVIOUR_FILE = "standin.json"
+BEHAVIOUR_LIMIT = 64 * 1024
+DEFAULTS = {"accept_length": 3.5, "decode_tok_s": 40.0, "never_ready": False, "fail_rate": 0.0,
+            "crash_on_start": False}
+# Keys of standin.json only /metrics reads (absent: these values).
+METRICS_DEFAULTS = {"queue_reqs": 0.0, "token_usage": 0.05, "ttft_s": 0.05}
+
+
+def _argv_value(argv, flag):
+    """The value of --flag VALUE or --flag=VALUE in argv (last one wins), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def behaviour_dir(argv):
+    """The directory whose standin.json rules: the drafter's, else the model's."""
+    return _argv_value(argv, "--speculative-draft-model-path") or _argv_value(argv, "--model-path")
+
+
+def _read_standin_json(argv_paths):
+    directory = argv_paths if isinstance(argv_paths, str) else behaviour_dir(list(argv_paths))
+    if not directory:
+        return "", {}
+    path = os.path.join(directory, BEHAVIOUR_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return path, {}
+    try:
+        raw = os.read(fd, BEHAVIOUR_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > BEHAVIOUR_LIMIT:
+        raise ValueError("%s is larger than %d bytes" % (path, BEHAVIOUR_LIMIT))
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("%s is not a JSON object" % path)
+    return path, data
+
+
+def _numbers(path, data, defaults):
+    out = dict(defaults)
+    for key, value in data.items():
+        if key not in defaults:
+            continue
+        if isinstance(defaults[key], bool):
+            if not isinstance(value, bool):
+                raise ValueError("%s: %s must be true or false, not %r" % (path, key, value))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("%s: %s must be a number, not %r" % (path, key, value))
+        out[key] = value if isinstance(value, bool) else float(value)
+    return out
+
+
+def load_behaviour(argv_paths, environ=None):
+    """The stand-in's behaviour: DEFAULTS, then CT200_STANDIN_ACCEPT_LENGTH, then standin.json of the drafter's
+    directory (else the model's). ``argv_paths``: the stand-in's argv, or the directory itself. (Minimal reader
+    of the shared design; the rollout helper's version supersedes it.)"""
+    environ = os.environ if environ is None else environ
+    path, data = _read_standin_json(argv_paths)
+    defaults = dict(DEFAULTS)
+    if environ.get("CT200_STANDIN_ACCEPT_LENGTH"):
+        defaults["accept_length"] = float(environ["CT200_STANDIN_ACCEPT_LENGTH"])
+    return _numbers(path, data, defaults)
+
+
+def load_metrics_behaviour(argv_paths):
+    """The keys of the same standin.json that only /metrics reads (METRICS_DEFAULTS filled in)."""
+    path, data = _read_standin_json(argv_paths)
+    return _numbers(path, data, METRICS_DEFAULTS)
+
+
+# SGLang 0.5.23's label sets: SchedulerMetricsCollector.init_new (no dp/priority) and tokenizer_metric_labels.
+SCHEDULER_LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
+TOKENIZER_LABELS = ("model_name", "engine_type")
+# SGLang's default time-to-first-token buckets (TokenizerMetricsCollector).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+# (name, type, help, extra labels) of every metric /metrics serves; names and labels as SGLang's.
+METRICS = (
+    ("sglang:num_running_reqs", "gauge", "The number of running requests.", ()),
+    ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", ()),
+    ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", ()),
+    ("sglang:cache_hit_rate", "gauge", "The prefix cache hit rate.", ()),
+    ("sglang:token_usage", "gauge", "The token usage.", ()),
+    ("sglang:spec_accept_length", "gauge", "The average acceptance length of speculative decoding.", ()),
+    ("sglang:spec_accept_rate", "gauge", "The average acceptance rate of speculative decoding.", ()),
+    ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", ("is_streaming",)),
+    ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", ("is_streaming",)),
+    ("sglang:num_requests_total", "counter", "Number of requests processed.", ("is_streaming",)),
+    ("sglang:spec_verify_calls_total", "counter", "Number of speculative decoding verification calls.", ()),
+    ("sglang:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.",
+     ("is_streaming",)),
+)
+TOKENIZER_METRICS = ("sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:num_requests_total",
+                     "sglang:spec_verify_calls_total", "sglang:time_to_first_token_seconds")
+
+
+def _labels(pairs):
+    return "{%s}" % ",".join('%s="%s"' % (k, str(v).replace("\\", "\\\\").replace('"', '\\"')) for k, v in pairs)
+
+
+def render_metrics(standin):
+    """Prometheus text exposition (format 0.0.4) of the stand-in's state, on SGLang's names and labels."""
+    b, m = dict(standin.behaviour, **standin.metrics_behaviour), standin.metrics
+    name = standin.served_name
+    sched = (("model_name", name), ("engine_type", "unified"), ("tp_rank", 0), ("pp_rank", 0), ("moe_ep_rank", 0))
+    tok = (("model_name", name), ("engine_type", "unified"))
+    served = m["requests"] > 0
+    draft_tokens = int(standin.args.get("speculative_num_draft_tokens") or 0)
+    accept = float(b["accept_length"])
+    values = {
+        "sglang:num_running_reqs": [(sched, m["running"])],
+        "sglang:num_queue_reqs": [(sched, b["queue_reqs"])],
+        "sglang:gen_throughput": [(sched, float(b["decode_tok_s"]) if served else 0.0)],
+        "sglang:cache_hit_rate": [(sched, 0.0)],
+        "sglang:token_usage": [(sched, b["token_usage"])],
+        "sglang:prompt_tokens_total": [(tok + (("is_streaming", "false"),), m["prompt_tokens"])],
+        "sglang:generation_tokens_total": [(tok + (("is_streaming", "false"),), m["generation_tokens"])],
+        "sglang:num_requests_total": [(tok + (("is_streaming", "false"),), m["requests"])],
+    }
+    if standin.speculative and served:  # like /server_info: known after the first verify step
+        values["sglang:spec_accept_length"] = [(sched, accept)]
+        values["sglang:spec_accept_rate"] = [(sched, max(0.0, min(1.0, (accept - 1) / max(1, draft_tokens - 1))))]
+        values["sglang:spec_verify_calls_total"] = [(tok, m["requests"])]
+    lines = []
+    for metric, kind, text, _extra in METRICS:
+        if metric == "sglang:time_to_first_token_seconds":
+            lines += ["# HELP %s %s" % (metric, text), "# TYPE %s histogram" % metric]
+            labels = tok + (("is_streaming", "false"),)
+            cumulative = 0
+            for bound, count in zip([repr(float(b)) for b in TTFT_BUCKETS] + ["+Inf"], m["ttft_buckets"]):
+                cumulative += count
+                lines.append("%s_bucket%s %d" % (metric, _labels(labels + (("le", bound),)), cumulative))
+            lines.append("%s_sum%s %r" % (metric, _labels(labels), m["ttft_sum"]))
+            lines.append("%s_count%s %d" % (metric, _labels(labels), m["requests"]))
+            continue
+        if metric not in values:
+            continue
+        lines += ["# HELP %s %s" % (metric, text), "# TYPE %s %s" % (metric, kind)]
+        lines += ["%s%s %r" % (metric, _labels(labels), float(value)) for labels, value in values[metric]]
+    return "\n".join(lines) + "\n"
+
+
 class StandIn(object):
     def __init__(self, version, args, argv):
         self.version = version
@@ -109,6 +265,24 @@ class StandIn(object):
         self.started = time.time()
         self.verify_steps = 0  # completions answered: each stands for the drafter's verify steps
         self.lock = threading.Lock()
+        self.behaviour = load_behaviour(argv)
+        self.metrics_behaviour = load_metrics_behaviour(argv)  # queue_reqs, token_usage, ttft_s of standin.json
+        self.metrics = {"requests": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0, "ttft_sum": 0.0,
+                        "ttft_buckets": [0] * (len(TTFT_BUCKETS) + 1)}
+
+    def observe(self, prompt_tokens, generation_tokens):
+        """One answered request in the /metrics counters and the TTFT histogram (behaviour ttft_s)."""
+        ttft = float(self.metrics_behaviour["ttft_s"])
+        with self.lock:
+            m = self.metrics
+            m["requests"] += 1
+            m["prompt_tokens"] += prompt_tokens
+            m["generation_tokens"] += generation_tokens
+            m["ttft_sum"] += ttft
+            for index, bound in enumerate(TTFT_BUCKETS + (float("inf"),)):
+                if ttft <= bound:  # per-bucket counts; render_metrics sums them up
+                    m["ttft_buckets"][index] += 1
+                    break
 
     @property
     def speculative(self):
@@ -172,6 +346,7 @@ def chat_completion(standin, request):
     text = "[sglang-standin: no model loaded; %d message(s) received]" % len(messages)
     time.sleep(float(os.environ.get("CT200_STANDIN_COMPLETION_SECONDS", "0")))  # a request in flight, to drain
     standin.answered()
+    standin.observe(sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict)), len(text) // 4)
     mode = os.environ.get("CT200_STANDIN_ANSWER", "content")
     content, reasoning = {"reasoning": (None, text), "empty": ("", None)}.get(mode, (text, None))
     return 200, {
@@ -224,7 +399,14 @@ def make_handler(standin):
             if path == "/v1/models":
                 return self._send(200, standin.models())
             if path == "/metrics":
-                return self._send(200, {"standin": True})
+                body = render_metrics(standin).encode("utf-8")
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("X-SGLang-Standin", "true")
+                self.end_headers()
+                self.wfile.write(body)
+                return None
             return self._send(404, {"error": "not served by the stand-in: %s" % path})
 
         def do_POST(self):
@@ -246,6 +428,7 @@ def make_handler(standin):
                     return self._send(503, {"error": "warming up (stand-in)"})
                 return self._send(*chat_completion(standin, request))
             standin.answered()
+            standin.observe(0, 0)
             meta = {"standin": True, "completion_tokens": 0, "spec_verify_ct": 0}
             if standin.speculative:
                 meta.update(spec_verify_ct=1, spec_accept_length=standin.internal_state()["avg_spec_accept_length"])

@@ -1,0 +1,21 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`ct200 status`'s instance table: status.yml's raw report through plugins/module_utils/monitoring.py
+(status_rows: the rules an instance breaks, the same thresholds as the alert rules)."""
+
+from __future__ import annotations
+
+from ansible_collections.ct200.deploy.plugins.module_utils import monitoring
+
+
+def instance_report(raw: dict | None, out) -> dict:
+    """Print the table; {"instances": rows, "instances_ok": bool} for the summary (--json)."""
+    raw = dict(raw or {})
+    if isinstance(raw.get("prometheus"), dict) and "status" in raw["prometheus"]:
+        raw["prometheus"] = monitoring.prometheus_accept_lengths(raw["prometheus"])
+    rows = monitoring.status_rows(raw)  # raw["rotation"]: the router's answer, '-' while absent
+    if rows:
+        print("\n" + monitoring.status_table(rows), file=out)
+        broken = ["%s/%s: %s" % (r["host"], r["instance"], "; ".join(r["verdict"])) for r in rows if r["verdict"]]
+        if broken:
+            print("RULES BROKEN: " + " | ".join(broken), file=out)
+    return {"instances": rows, "instances_ok": not any(r["verdict"] for r in rows)}
