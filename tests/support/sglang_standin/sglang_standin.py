@@ -33,9 +33,25 @@ authenticated caller: never print that answer unfiltered.
 
 Drafter: for a speculative instance ``internal_states[0].avg_spec_accept_length``
 (SGLang 0.5.23 ``scheduler_components/internal_state.py``) is absent until the first
-completion ("verify step"), then reports CT200_STANDIN_ACCEPT_LENGTH (default 3.5; plant
-1.0 to test a drafter that accepts nothing); ``/generate`` reports the same
+completion ("verify step"), then reports the behaviour's accept_length (below; plant 1.0
+to test a drafter that accepts nothing); ``/generate`` reports the same
 ``meta_info.spec_accept_length`` and ``spec_verify_ct``.
+
+Behaviour from the model (``load_behaviour``): a ``standin.json`` in the drafter's directory
+(``--speculative-draft-model-path``; for a non-speculative instance the model's directory,
+``--model-path``), read once at start, so a bad release in a test is a Hub commit of the
+drafter, as in the field, with no test switch in the product::
+
+    {"accept_length": 3.5, "decode_tok_s": 40.0, "never_ready": false,
+     "fail_rate": 0.0, "crash_on_start": false}
+
+``accept_length`` is what ``avg_spec_accept_length`` reports; ``decode_tok_s``: each
+completion generates ``max_tokens`` tokens (default 16) and takes tokens / decode_tok_s
+seconds, so a client's measured throughput matches it; ``never_ready``: /health* answers
+503 forever; ``fail_rate``: that share of completions answers 500 (deterministic: the
+n-th completion fails when floor(n * rate) grows); ``crash_on_start``: exit 1 after
+parsing. A missing key takes its default; CT200_STANDIN_ACCEPT_LENGTH stays a fallback
+for accept_length when no standin.json names it.
 
 Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
 weight load; default 2), CT200_STANDIN_WARMUP_SECONDS (503 phase; default 1),
@@ -99,8 +115,76 @@ def parse_with_sglang(argv):
     return importlib.metadata.version("sglang"), _plain(values)
 
 
+BEHAVIOUR_FILE = "standin.json"
+BEHAVIOUR_LIMIT = 64 * 1024
+DEFAULTS = {"accept_length": 3.5, "decode_tok_s": 40.0, "never_ready": False, "fail_rate": 0.0,
+            "crash_on_start": False}
+
+
+def _argv_value(argv, flag):
+    """The value of --flag VALUE or --flag=VALUE in argv (last one wins), else None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def behaviour_dir(argv):
+    """The directory whose standin.json rules: the drafter's, else the model's."""
+    return _argv_value(argv, "--speculative-draft-model-path") or _argv_value(argv, "--model-path")
+
+
+def load_behaviour(argv_paths, environ=None):
+    """The stand-in's behaviour: DEFAULTS, then CT200_STANDIN_ACCEPT_LENGTH, then standin.json.
+
+    ``argv_paths`` is the stand-in's argv (the drafter / model paths are read from it) or
+    directly the directory holding standin.json. A value of the wrong type is refused
+    (ValueError naming the key): a test that plants a typo must not pass silently.
+    """
+    environ = os.environ if environ is None else environ
+    out = dict(DEFAULTS)
+    if environ.get("CT200_STANDIN_ACCEPT_LENGTH"):
+        out["accept_length"] = float(environ["CT200_STANDIN_ACCEPT_LENGTH"])
+    directory = argv_paths if isinstance(argv_paths, str) else behaviour_dir(list(argv_paths))
+    if not directory:
+        return out
+    path = os.path.join(directory, BEHAVIOUR_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return out
+    try:
+        raw = os.read(fd, BEHAVIOUR_LIMIT + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > BEHAVIOUR_LIMIT:
+        raise ValueError("%s is larger than %d bytes" % (path, BEHAVIOUR_LIMIT))
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("%s is not a JSON object" % path)
+    for key, value in data.items():
+        if key not in DEFAULTS:
+            continue  # other keys are notes for the reader
+        if isinstance(DEFAULTS[key], bool):
+            if not isinstance(value, bool):
+                raise ValueError("%s: %s must be true or false, not %r" % (path, key, value))
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("%s: %s must be a number, not %r" % (path, key, value))
+        out[key] = value if isinstance(value, bool) else float(value)
+    if not 0.0 <= out["fail_rate"] <= 1.0:
+        raise ValueError("%s: fail_rate must be between 0 and 1, not %r" % (path, out["fail_rate"]))
+    if out["decode_tok_s"] <= 0:
+        raise ValueError("%s: decode_tok_s must be above 0, not %r" % (path, out["decode_tok_s"]))
+    return out
+
+
 class StandIn(object):
-    def __init__(self, version, args, argv):
+    def __init__(self, version, args, argv, behaviour=None):
+        self.behaviour = dict(DEFAULTS, **(behaviour or {}))
+        self.completions = 0  # completions asked for, failed ones included (fail_rate)
         self.version = version
         self.args = args
         self.argv = argv
@@ -117,10 +201,24 @@ class StandIn(object):
         with self.lock:
             self.verify_steps += 1
 
+    def next_fails(self):
+        """Whether this completion answers 500 (fail_rate, deterministic)."""
+        rate = self.behaviour["fail_rate"]
+        with self.lock:
+            self.completions += 1
+            n = self.completions
+        return int(n * rate) > int((n - 1) * rate)
+
+    def generate(self, max_tokens):
+        """Tokens "generated" for a request, after the time decode_tok_s takes for them."""
+        tokens = max(1, min(int(max_tokens or 16), 4096))
+        time.sleep(tokens / self.behaviour["decode_tok_s"])
+        return tokens
+
     def internal_state(self):
         state = {"standin": True}
         if self.speculative and self.verify_steps:
-            state["avg_spec_accept_length"] = float(os.environ.get("CT200_STANDIN_ACCEPT_LENGTH", "3.5"))
+            state["avg_spec_accept_length"] = float(self.behaviour["accept_length"])
         return state
 
     @property
@@ -168,7 +266,11 @@ def chat_completion(standin, request):
     model = request.get("model") or standin.served_name
     if model != standin.served_name:
         return 404, {"object": "error", "message": "The model `%s` does not exist." % model, "code": 404}
+    if standin.next_fails():
+        return 500, {"object": "error", "message": "stand-in fail_rate: this completion fails", "code": 500}
     text = "[sglang-standin: no model loaded; %d message(s) received]" % len(messages)
+    max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
+    tokens = standin.generate(max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None)
     standin.answered()
     mode = os.environ.get("CT200_STANDIN_ANSWER", "content")
     content, reasoning = {"reasoning": (None, text), "empty": ("", None)}.get(mode, (text, None))
@@ -179,7 +281,7 @@ def chat_completion(standin, request):
                                              "tool_calls": None},
                      "logprobs": None, "finish_reason": "stop", "matched_stop": None}],
         "usage": {"prompt_tokens": sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict)),
-                  "completion_tokens": len(text) // 4, "total_tokens": 0},
+                  "completion_tokens": tokens, "total_tokens": 0},
         "standin": True,
     }
 
@@ -201,6 +303,8 @@ def make_handler(standin):
             self.wfile.write(body)
 
         def _warm(self):
+            if standin.behaviour["never_ready"]:
+                return False
             return standin.ready_at is not None and time.time() >= standin.ready_at
 
         def _allowed(self, path):
@@ -243,8 +347,15 @@ def make_handler(standin):
                 if not self._warm():
                     return self._send(503, {"error": "warming up (stand-in)"})
                 return self._send(*chat_completion(standin, request))
+            if not self._warm():
+                return self._send(503, {"error": "warming up (stand-in)"})
+            if standin.next_fails():
+                return self._send(500, {"error": "stand-in fail_rate: this request fails"})
+            params = request.get("sampling_params") if isinstance(request.get("sampling_params"), dict) else {}
+            tokens = standin.generate(params.get("max_new_tokens") if isinstance(params.get("max_new_tokens"), int)
+                                      else None)
             standin.answered()
-            meta = {"standin": True, "completion_tokens": 0, "spec_verify_ct": 0}
+            meta = {"standin": True, "completion_tokens": tokens, "spec_verify_ct": 0}
             if standin.speculative:
                 meta.update(spec_verify_ct=1, spec_accept_length=standin.internal_state()["avg_spec_accept_length"])
             return self._send(200, {"text": "[sglang-standin: no model]", "meta_info": meta})
@@ -265,7 +376,13 @@ def main(argv=None):
     LOG.info("argv accepted by sglang %s's parser: speculative_algorithm=%s draft=%s num_draft_tokens=%s "
              "api_key=%s", version, args.get("speculative_algorithm"), args.get("speculative_draft_model_path"),
              args.get("speculative_num_draft_tokens"), "set" if args.get("api_key") else "none")
-    standin = StandIn(version, args, argv)
+    behaviour = load_behaviour(argv)
+    LOG.info("behaviour (%s in %s, else defaults): %s", BEHAVIOUR_FILE, behaviour_dir(argv),
+             json.dumps(behaviour, sort_keys=True))
+    if behaviour["crash_on_start"]:
+        LOG.error("stand-in crash_on_start: exiting 1 after parsing, as a release that cannot start does")
+        return 1
+    standin = StandIn(version, args, argv, behaviour)
     time.sleep(float(os.environ.get("CT200_STANDIN_LOAD_SECONDS", "2")))
     host = args.get("host") or "127.0.0.1"
     port = int(args.get("port") or 30000)
