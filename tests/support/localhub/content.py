@@ -106,9 +106,10 @@ def git_tree_sha1(entries: list[tuple[str, str, str]]) -> str:
     return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()  # noqa: S324
 
 
-def git_commit_sha1(tree: str, message: str, timestamp: int) -> str:
+def git_commit_sha1(tree: str, message: str, timestamp: int, parent: str | None = None) -> str:
     who = f"localhub <localhub@localhost> {timestamp} +0000"
-    body = f"tree {tree}\nauthor {who}\ncommitter {who}\n\n{message}\n".encode()
+    parent_line = f"parent {parent}\n" if parent else ""
+    body = f"tree {tree}\n{parent_line}author {who}\ncommitter {who}\n\n{message}\n".encode()
     return hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()  # noqa: S324
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import threading
@@ -15,6 +16,8 @@ from .faults import FaultSet, Stats, parse_rules
 from .personas import PERSONAS, Persona, token_for
 from .repos import (
     COMMIT_DATE,
+    COMMIT_TIMESTAMP,
+    FileSource,
     DEFAULT_DRAFTER_SIZE,
     DEFAULT_TARGET_SHARDS,
     Repo,
@@ -45,6 +48,13 @@ class _Invalid:
 
 
 INVALID = _Invalid()
+
+
+def _commit_date(repo: Repo) -> str:
+    """The Hub's ISO date (milliseconds, Z) of the commit ``repo`` is at."""
+    if repo.timestamp == COMMIT_TIMESTAMP:
+        return COMMIT_DATE
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(repo.timestamp))
 
 
 def _hexid(text: str) -> str:
@@ -139,12 +149,38 @@ class LocalHub:
                 raise ValueError(f"add_repo({spec!r}): pass files={{path: bytes|size}} or a spec 'ORG/NAME:NxSIZE'")
             spec = RepoSpec(repo_id=spec, files=files, gated=gated, private=private, repo_type=repo_type, **kwargs)
         repo = materialize(self.store, spec)
+        self._install(repo)
+        return repo
+
+    def commit(self, repo_id: str, files: dict[str, FileSource | None], message: str, repo_type: str = "model") -> str:
+        """Add a commit to ``repo_id`` that moves ``main``: ``files`` maps a path to its new content
+        (as in RepoSpec.files) or to None to delete it; every other file keeps its content and oid.
+        Older commits stay resolvable by their sha, and tags stay on the commits they named.
+        Returns the new commit's sha."""
+        parent = self.repo(repo_id, repo_type)
+        sources = {path: src for path, src in parent.spec.files.items()}
+        for path, source in files.items():
+            if source is None:
+                if path not in sources:
+                    raise KeyError(f"commit to {repo_id}: cannot delete {path!r}, it is not in the repo")
+                del sources[path]
+            else:
+                sources[path] = source
+        spec = dataclasses.replace(parent.spec, files=sources, tags=())
+        repo = materialize(self.store, spec, parent=parent, message=message)
+        history = dict(parent.older)
+        history[parent.commit] = dataclasses.replace(parent, older={})
+        repo.older = history
+        self._install(repo)
+        return repo.commit
+
+    def _install(self, repo: Repo) -> None:
         with self._lock:
             repos = dict(self._repos)
             repos[(repo.repo_type, repo.repo_id)] = repo
-            by_sha = {f.sha256: f for r in repos.values() for f in r.files.values()}
+            # every commit's blobs stay servable (the CDN serves by sha256)
+            by_sha = {f.sha256: f for r in repos.values() for c in r.commits() for f in c.files.values()}
             self._repos, self._by_sha256 = repos, by_sha
-        return repo
 
     def set_hostile(self, repo_id: str, kinds: list[str] | None = None, *, target: str | None = None,
                     entries: list[dict] | None = None, repo_type: str = "model") -> list:
@@ -441,7 +477,7 @@ class LocalHub:
             "id": repo.repo_id,
             "author": repo.repo_id.split("/")[0] if "/" in repo.repo_id else None,
             "sha": repo.commit,
-            "lastModified": COMMIT_DATE,
+            "lastModified": _commit_date(repo),
             "createdAt": COMMIT_DATE,
             "private": repo.private,
             "gated": repo.gated,
@@ -469,7 +505,7 @@ class LocalHub:
         if f.lfs and self.xet:
             entry["xetHash"] = MASKED_OID if masked else self.xet_hash(f)
         if expand:
-            entry["lastCommit"] = {"id": repo.commit, "title": f"Upload {repo.repo_id}", "date": COMMIT_DATE}
+            entry["lastCommit"] = {"id": repo.commit, "title": repo.message or f"Upload {repo.repo_id}", "date": _commit_date(repo)}
             entry["securityFileStatus"] = {"status": "safe", "avScan": {"virusFound": False, "virusNames": None},
                                            "pickleImportScan": None}
         return entry
@@ -477,7 +513,7 @@ class LocalHub:
     def dir_entry(self, repo: Repo, path: str, expand: bool) -> dict:
         entry: dict[str, Any] = {"type": "directory", "oid": repo.dirs[path], "path": path}
         if expand:
-            entry["lastCommit"] = {"id": repo.commit, "title": f"Upload {repo.repo_id}", "date": COMMIT_DATE}
+            entry["lastCommit"] = {"id": repo.commit, "title": repo.message or f"Upload {repo.repo_id}", "date": _commit_date(repo)}
         return entry
 
     def entry(self, repo: Repo, kind: str, path: str, masked: bool, expand: bool) -> dict:

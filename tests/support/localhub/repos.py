@@ -117,12 +117,24 @@ class RepoFile:
 
 @dataclass
 class Repo:
-    """A materialised repo with a single commit (``main`` and the tags point to it)."""
+    """A materialised repo at its newest commit (``main``), with the commits before it in ``older``
+    (commit sha -> the Repo as it was then), each resolvable by its sha and keeping its own tags."""
 
     spec: RepoSpec
     files: dict[str, RepoFile]
     dirs: dict[str, str]  # dir path ("" = root) -> git tree sha1
     commit: str
+    message: str = ""
+    timestamp: int = COMMIT_TIMESTAMP
+    older: dict[str, "Repo"] = field(default_factory=dict)
+
+    def at(self, commit: str) -> "Repo":
+        """The repo as it was at ``commit`` (a sha resolve_revision returned)."""
+        return self if commit == self.commit else self.older[commit]
+
+    def commits(self) -> list["Repo"]:
+        """Every commit, the newest first."""
+        return [self] + sorted(self.older.values(), key=lambda r: r.timestamp, reverse=True)
 
     @property
     def repo_id(self) -> str:
@@ -145,10 +157,11 @@ class Repo:
         for prefix in ("refs/heads/", "refs/tags/"):
             if rev.startswith(prefix):
                 rev = rev[len(prefix):]
-        if rev == "main" or rev in self.spec.tags:
+        if rev == "main":
             return self.commit
-        if rev.lower() == self.commit:
-            return self.commit
+        for repo in self.commits():
+            if rev in repo.spec.tags or rev.lower() == repo.commit:
+                return repo.commit
         return None
 
     def children(self, dir_path: str) -> list[tuple[str, str]]:
@@ -511,7 +524,7 @@ def _source_to_blob(store: BlobStore, spec: RepoSpec, path: str, source: FileSou
     raise ValueError(f"invalid content for {spec.repo_id}/{path}: {type(source).__name__} (use bytes, a size, a dict or Generated)")
 
 
-def materialize(store: BlobStore, spec: RepoSpec) -> Repo:
+def materialize(store: BlobStore, spec: RepoSpec, parent: Repo | None = None, message: str | None = None) -> Repo:
     spec.validate()
     sources = dict(spec.files)
     if spec.add_gitattributes and ".gitattributes" not in sources:
@@ -547,5 +560,9 @@ def materialize(store: BlobStore, spec: RepoSpec) -> Repo:
             if sub and sub.startswith(prefix) and "/" not in sub[len(prefix):] and sub != d:
                 entries.append(("40000", sub[len(prefix):], tree_ids[sub]))
         tree_ids[d] = git_tree_sha1(entries)
-    commit = git_commit_sha1(tree_ids[""], f"Upload {spec.repo_id}", COMMIT_TIMESTAMP)
-    return Repo(spec=spec, files=files, dirs=tree_ids, commit=commit)
+    message = message or f"Upload {spec.repo_id}"
+    # each commit a minute after its parent: "newest" is well defined and the shas differ even for
+    # a commit that changes nothing
+    timestamp = parent.timestamp + 60 if parent is not None else COMMIT_TIMESTAMP
+    commit = git_commit_sha1(tree_ids[""], message, timestamp, parent.commit if parent is not None else None)
+    return Repo(spec=spec, files=files, dirs=tree_ids, commit=commit, message=message, timestamp=timestamp)

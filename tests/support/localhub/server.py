@@ -276,7 +276,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             revision = unquote("/".join(rest[1:])) if sub == "revision" else "main"
             if sub == "revision" and not revision:
                 raise HubError(404, "Not Found")
-            self._require_revision(repo, revision)
+            repo = repo.at(self._require_revision(repo, revision))
             expand = self.query.get("expand")
             info = self.hub.repo_info_json(repo, persona, _truthy((self.query.get("blobs") or [None])[0]), expand)
             return self._send_json(info)
@@ -302,7 +302,8 @@ class HubRequestHandler(BaseHTTPRequestHandler):
         if sub == "refs":
             repo = self.hub.lookup(repo_type, repo_id, persona)
             branches = [{"name": "main", "ref": "refs/heads/main", "targetCommit": repo.commit}]
-            tags = [{"name": t, "ref": f"refs/tags/{t}", "targetCommit": repo.commit} for t in repo.spec.tags]
+            tags = [{"name": t, "ref": f"refs/tags/{t}", "targetCommit": c.commit}
+                    for c in repo.commits() for t in c.spec.tags]
             out = {"branches": branches, "converts": [], "tags": tags}
             if _truthy((self.query.get("include_prs") or [None])[0]):
                 out["pullRequests"] = []
@@ -318,6 +319,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------ tree / paths-info
     def _tree(self, repo: Repo, persona, revision: str, sub_path: str) -> None:  # noqa: ANN001
         commit = self._require_revision(repo, revision)
+        repo = repo.at(commit)
         if sub_path and sub_path not in repo.dirs:
             raise HubError(404, f"Path {sub_path} not found in revision {revision}" if sub_path not in repo.files
                            else f"Path {sub_path} is not a directory", "EntryNotFound", {"X-Repo-Commit": commit})
@@ -353,6 +355,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
 
     def _paths_info(self, repo: Repo, persona, revision: str) -> None:  # noqa: ANN001
         commit = self._require_revision(repo, revision)
+        repo = repo.at(commit)
         ctype = (self.headers.get("Content-Type") or "").lower()
         paths: list[str]
         expand = False
@@ -404,6 +407,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
             if err is not None:
                 raise err
         commit = self._require_revision(repo, revision)
+        repo = repo.at(commit)
         f = repo.files.get(file_path)
         if f is None and (repo.repo_type, repo.repo_id) in self.hub.hostile:
             f = hostile_served_file(repo, self.hub.hostile[(repo.repo_type, repo.repo_id)], file_path)
