@@ -35,6 +35,9 @@ def test_load_behaviour_reads_the_drafters_file_then_the_env_fallback_then_defau
     got = mod.load_behaviour(argv, environ={"CT200_STANDIN_ACCEPT_LENGTH": "3.0"})
     assert got == dict(mod.DEFAULTS, decode_tok_s=28.0, accept_length=1.0)
     assert mod.load_behaviour(["--model-path", str(target)], environ={})["never_ready"] is True  # no drafter
+    (draft / "standin.json").write_text(json.dumps({"hosts": {"fleet-4": {"accept_length": 1.0}}}))
+    assert mod.load_behaviour(argv, environ={}, hostname="fleet-4")["accept_length"] == 1.0
+    assert mod.load_behaviour(argv, environ={}, hostname="fleet-3")["accept_length"] == 3.5
     for bad in ({"never_ready": "yes"}, {"fail_rate": 2}, {"decode_tok_s": 0}, {"accept_length": True}):
         (draft / "standin.json").write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=next(iter(bad))):

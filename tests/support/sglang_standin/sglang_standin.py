@@ -50,7 +50,8 @@ completion generates ``max_tokens`` tokens (default 16) and takes tokens / decod
 seconds, so a client's measured throughput matches it; ``never_ready``: /health* answers
 503 forever; ``fail_rate``: that share of completions answers 500 (deterministic: the
 n-th completion fails when floor(n * rate) grows); ``crash_on_start``: exit 1 after
-parsing. A missing key takes its default; CT200_STANDIN_ACCEPT_LENGTH stays a fallback
+parsing. ``hosts``: {hostname: {key: value}} overrides for one host (a release that fails on
+one machine only, e.g. the middle host of a rollout). A missing key takes its default; CT200_STANDIN_ACCEPT_LENGTH stays a fallback
 for accept_length when no standin.json names it.
 
 Environment knobs: CT200_STANDIN_LOAD_SECONDS (port stays closed, like a
@@ -137,7 +138,7 @@ def behaviour_dir(argv):
     return _argv_value(argv, "--speculative-draft-model-path") or _argv_value(argv, "--model-path")
 
 
-def load_behaviour(argv_paths, environ=None):
+def load_behaviour(argv_paths, environ=None, hostname=None):
     """The stand-in's behaviour: DEFAULTS, then CT200_STANDIN_ACCEPT_LENGTH, then standin.json.
 
     ``argv_paths`` is the stand-in's argv (the drafter / model paths are read from it) or
@@ -165,6 +166,10 @@ def load_behaviour(argv_paths, environ=None):
     data = json.loads(raw.decode("utf-8"))
     if not isinstance(data, dict):
         raise ValueError("%s is not a JSON object" % path)
+    hosts = data.get("hosts") if isinstance(data.get("hosts"), dict) else {}
+    override = hosts.get(hostname if hostname is not None else socket.gethostname())
+    if isinstance(override, dict):  # one host's own behaviour (a release that fails on one machine only)
+        data = dict(data, **override)
     for key, value in data.items():
         if key not in DEFAULTS:
             continue  # other keys are notes for the reader
