@@ -103,8 +103,8 @@ def judge_throughput(tok_s: Optional[float], baseline: Optional[float], min_rati
     if baseline and tok_s < min_ratio * baseline:
         raise GateFailed("throughput", round(tok_s, 2), "decode throughput %.1f tok/s is %.0f %% of the previous "
                          "release's %.1f tok/s on this host, below the floor of %.0f %% "
-                         "(ct200_rollout_min_throughput_ratio)" % (tok_s, 100.0 * tok_s / baseline, baseline,
-                                                                    100.0 * min_ratio),
+                         "(ct200_rollout_min_throughput_ratio)"
+                         % (tok_s, 100.0 * tok_s / baseline, baseline, 100.0 * min_ratio),
                          "compare the two releases' SGLang versions and flags (attention backend, cuda graphs, "
                          "speculative settings) and the drafter; roll out a release that is not slower, or lower "
                          "ct200_rollout_min_throughput_ratio if the slowdown is intended")

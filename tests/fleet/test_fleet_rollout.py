@@ -19,7 +19,6 @@ file), as in the field: no test switch in the product.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

@@ -55,7 +55,7 @@ def test_fail_rate_is_the_share_of_failed_completions():
 def test_a_served_standin_decodes_at_its_files_rate_and_crashes_or_never_readies_on_demand(mdir):
     python = require_parse_venv("0.5.23")
     port = free_port()
-    spec, resolved, argv = plan(kimi_params(mdir, port=port), real_dialect("0.5.23"))
+    _spec, _resolved, argv = plan(kimi_params(mdir, port=port), real_dialect("0.5.23"))
     behaviour = os.path.join(mdir["kimi_draft"], "standin.json")
     try:
         with open(behaviour, "w") as handle:

@@ -85,8 +85,8 @@ def test_record_moves_current_to_previous_and_is_idempotent_with_check_mode_and_
     assert oct(os.stat(os.path.join(host["release_dir"], first + ".json")).st_mode & 0o777) == "0o644"
     again = run_module(mod.main, args(host, "recorded", r1))[1]  # no measurement: the recorded one stays
     assert not again["changed"] and again["current"]["measured"]["decode_tok_s"] == 40.1
-    failed, out = run_module(mod.main, args(host, "recorded", r2, measured={"decode_tok_s": 39.0,
-                                                                             "accept_length": 3.5}))
+    measured = {"decode_tok_s": 39.0, "accept_length": 3.5}
+    failed, out = run_module(mod.main, args(host, "recorded", r2, measured=measured))
     second = out["release"]["id"]
     assert out["changed"] and out["state"] == {"current": second, "previous": first, "keep": 2}
     assert out["previous"]["measured"]["decode_tok_s"] == 40.1 and out["current"]["drafter"]["commit"] == D2
