@@ -112,6 +112,7 @@ class ActionModule(ActionBase):
                 peers[repo["name"]] = site_plan.peer_list(layout["hosts"], addresses, ports, repo["name"])
         return {"layout": layout, "peers": peers, "addresses": addresses, "seed": layout["seed"],
                 "fan_out": site_plan.fans_out_now(layout, args.get("fetch")),
+                "slice_line": site_plan.slice_line(layout),
                 "models": [{"name": r.get("name"), "path": r.get("local_dir")} for r in repos if isinstance(r, dict)]}
 
     def _stage_jobs(self, args, task_vars):

@@ -90,10 +90,20 @@ def host_order(group, selected=None):
 
 
 def site_layout(group, selected=None, enabled=None, seed=None, degree=2):
-    """{hosts, fanout, seed, pinned, degree}: fan out when ``enabled`` (default: the group has more than one
-    host); the seed is ``seed`` (the inventory's fanout_seed: pinned) or the first host in inventory order."""
+    """{hosts, fanout, seed, pinned, degree, site_hosts, slice, extra_hub_copies}: fan out when ``enabled``
+    (default: the group has more than one host); the seed is ``seed`` (the inventory's fanout_seed: pinned)
+    or the first host in inventory order.
+
+    A run that covers only part of the site (an AWX job slice, a --limit) builds its tree inside the run:
+    peers in another slice are another ansible-playbook run whose servers may not be up. The slice then has
+    its own seed and makes one more Hub copy than a run of the whole site, which the report says
+    (extra_hub_copies). A pinned seed in another slice gives way to the slice's first host for the same
+    reason; a pinned seed that is no host of the site at all is refused."""
+    if selected is not None and not set(selected) <= set(group or []):
+        group = list(selected)  # the play's hosts are not (all) of this group: no site to be a slice of
     hosts = host_order(group, selected)
-    fanout = _truthy(enabled) if enabled is not None else len(group or []) > 1
+    site_hosts = len(host_order(group))
+    fanout = _truthy(enabled) if enabled is not None else site_hosts > 1
     try:
         degree = int(degree)
     except (TypeError, ValueError):
@@ -102,22 +112,32 @@ def site_layout(group, selected=None, enabled=None, seed=None, degree=2):
         raise PlanError("fanout_degree must be an integer >= 1 (1 = chain), got %r; fix the inventory or the -e value"
                         % (degree,))
     pinned = seed not in (None, "")
+    is_slice = 0 < len(hosts) < site_hosts
+    base = {"hosts": hosts, "pinned": pinned, "degree": degree, "site_hosts": site_hosts, "slice": is_slice}
     if not fanout or not hosts:
-        return {"hosts": hosts, "fanout": bool(fanout and hosts), "seed": None, "pinned": pinned, "degree": degree}
-    chosen = seed if pinned else hosts[0]
-    if chosen not in hosts:
-        raise PlanError("fanout_seed %r is not a host of this run (%s); name one of them in the inventory or -e"
-                        % (chosen, ", ".join(hosts)))
-    return {"hosts": hosts, "fanout": True, "seed": chosen, "pinned": pinned, "degree": degree}
+        return dict(base, fanout=bool(fanout and hosts), seed=None, extra_hub_copies=0)
+    if pinned and seed not in hosts and seed not in (group or []):
+        raise PlanError("fanout_seed %r is not a host of the site (%s); name one of them in the inventory or -e"
+                        % (seed, ", ".join(host_order(group))))
+    chosen = seed if pinned and seed in hosts else hosts[0]
+    return dict(base, fanout=True, seed=chosen, extra_hub_copies=1 if is_slice else 0)
 
 
 def kept_layout(given, group, selected=None):
     """A layout decided earlier in the run (the preflight's), for the hosts still in it: the same switch,
     degree and seed; a seed chosen by order that has since failed gives way to the next host in
-    inventory order, a pinned one (fanout_seed) is refused as before."""
+    inventory order, a pinned one (fanout_seed) is refused as before. Whether the run is a slice of
+    the site was decided there too (this play's group holds the run's hosts only)."""
     hosts = host_order(group, selected)
     seed = given.get("seed") if given.get("pinned") or given.get("seed") in hosts else None
-    return site_layout(group, selected, given.get("fanout"), seed, given.get("degree") or 2)
+    if given.get("pinned") and seed not in hosts:
+        raise PlanError("fanout_seed %r is not a host of this run (%s); name one of them in the inventory or -e"
+                        % (seed, ", ".join(hosts)))
+    layout = site_layout(group, selected, given.get("fanout"), seed, given.get("degree") or 2)
+    if given.get("slice"):
+        layout.update(site_hosts=given.get("site_hosts", layout["site_hosts"]), slice=True,
+                      extra_hub_copies=1 if layout["fanout"] else 0)
+    return layout
 
 
 def fans_out_now(layout, fetch=None):
@@ -393,16 +413,32 @@ def table_line(row):
     return " | ".join(cells)
 
 
+def slice_line(layout):
+    """The line a run that is a slice of its site prints (empty for a whole-site run)."""
+    if not layout.get("extra_hub_copies"):
+        return ""
+    return ("this run covers %d of the site's %d hosts (a job slice or --limit): its fan-out tree stays inside the "
+            "run, seeded by %s, and makes %d Hub copy more than a run of the whole site"
+            % (len(layout["hosts"]), layout["site_hosts"], layout["seed"], layout["extra_hub_copies"]))
+
+
 def site_summary(rows, layout):
     reachable = [r for r in rows if r.get("reachable")]
     return {"fanout": layout["fanout"], "seed": layout["seed"], "hub_bytes": sum(r["hub_bytes"] for r in reachable),
-            "peer_bytes": sum(r["peer_bytes"] for r in reachable)}
+            "peer_bytes": sum(r["peer_bytes"] for r in reachable), "hosts": len(layout.get("hosts", [])),
+            "site_hosts": layout.get("site_hosts", len(layout.get("hosts", []))), "slice": bool(layout.get("slice")),
+            "extra_hub_copies": layout.get("extra_hub_copies", 0)}
 
 
 def site_line(site):
     if site["fanout"]:
-        return ("fan-out: the seed %s fetches %.2f GB from the Hub, once for the site; the other hosts fetch %.2f GB "
+        line = ("fan-out: the seed %s fetches %.2f GB from the Hub, once for the site; the other hosts fetch %.2f GB "
                 "from their peers" % (site["seed"], site["hub_bytes"] / GB, site["peer_bytes"] / GB))
+        if site.get("extra_hub_copies"):
+            line += ("; this run covers %d of the site's %d hosts (a job slice or --limit), so its tree stays inside "
+                     "the run and makes %d Hub copy more than a run of the whole site"
+                     % (site["hosts"], site["site_hosts"], site["extra_hub_copies"]))
+        return line
     return "no fan-out: every host fetches from the Hub, %.2f GB in all" % (site["hub_bytes"] / GB)
 
 

@@ -64,7 +64,8 @@ def test_fanout_counts_the_hub_bytes_once_on_the_seed(tmp_path, group_vars, extr
     data, out = report(tmp_path, group_vars, *extra)
     rows = dict((r["host"], r) for r in data["hosts"])
     assert data["site"] == {"fanout": True, "seed": seed, "hub_bytes": LACKS[seed],
-                            "peer_bytes": sum(LACKS.values()) - LACKS[seed]}
+                            "peer_bytes": sum(LACKS.values()) - LACKS[seed], "hosts": 3, "site_hosts": 3,
+                            "slice": False, "extra_hub_copies": 0}
     for host, lacks in LACKS.items():
         from_hub = host == seed
         assert (rows[host]["fetch_from"], rows[host]["hub_bytes"], rows[host]["peer_bytes"]) == (
@@ -75,6 +76,7 @@ def test_fanout_counts_the_hub_bytes_once_on_the_seed(tmp_path, group_vars, extr
 
 def test_without_fanout_every_host_counts_its_own_hub_bytes(tmp_path):
     data, out = report(tmp_path, {"fanout_enabled": False})
-    assert data["site"] == {"fanout": False, "seed": None, "hub_bytes": sum(LACKS.values()), "peer_bytes": 0}
+    assert data["site"] == {"fanout": False, "seed": None, "hub_bytes": sum(LACKS.values()), "peer_bytes": 0,
+                            "hosts": 3, "site_hosts": 3, "slice": False, "extra_hub_copies": 0}
     assert all(r["fetch_from"] == "hub" and r["hub_bytes"] == LACKS[r["host"]] for r in data["hosts"])
     assert "no fan-out: every host fetches from the Hub, 1200.00 GB in all" in out

@@ -34,6 +34,13 @@ WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 # deploy_kimi.yml's preflight (every phase tag runs it) checks that the pinned SGLang is installable
 # from there (inventories/sandbox: sglang_runtime_wheelhouse); nothing is installed from it by tag hf_token
 SGLANG_WHEELHOUSE = REPO / ".cache" / "sglang-wheelhouse-0.5.23-cpu"
+APT_REPO = REPO / ".cache" / "apt-repo"
+# One SGLang venv per version for the whole fleet (served_fleet): a 2.3 GB install per host is what
+# the single served host (tests/integration) proves; eight copies would prove nothing more and cost
+# minutes. The first host installs it through the role, the others find it complete (the role's stamp).
+SHARED = REPO / ".cache" / "sandbox" / f"{PREFIX}-shared"
+SHARED_MOUNT = "/srv/ct200-shared"
+DEPLOY = REPO / "playbooks" / "deploy_kimi.yml"
 
 
 class FleetSession:
@@ -114,6 +121,9 @@ def ssh_fleet(tmp_path_factory):
     require_fleet_prereqs()
     binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
     binds += (f"{SGLANG_WHEELHOUSE}:/srv/sglang-wheelhouse:ro",) if SGLANG_WHEELHOUSE.is_dir() else ()
+    binds += (f"{APT_REPO}:/srv/apt-repo:ro",) if APT_REPO.is_dir() else ()
+    SHARED.mkdir(parents=True, exist_ok=True)
+    binds += (f"{SHARED}:{SHARED_MOUNT}",)
     fleet = netlab.SshFleet(STATE, prefix=PREFIX, count=FLEET_SIZE, rootfs=ROOTFS, binds=binds,
                             link_rate=os.environ.get("CT200_FLEET_LINK_RATE", "1gbit"),
                             hub_rate=os.environ.get("CT200_FLEET_HUB_RATE", "400mbit"))
@@ -126,3 +136,70 @@ def ssh_fleet(tmp_path_factory):
         if hub is not None:
             hub.stop()
         fleet.down()
+
+
+class ServedFleet:
+    """The SSH fleet after one full deploy_kimi.yml: every host serves its instance (the SGLang
+    stand-in, weights from the fleet's Hub). Tests may change releases but must leave every host
+    serving when they finish."""
+
+    def __init__(self, session: FleetSession, extra_vars_file: Path, env: dict, deploy_seconds: float):
+        self.session = session
+        self.hosts = session.hosts
+        self.extra_vars_file = extra_vars_file
+        self.env = env
+        self.deploy_seconds = deploy_seconds
+
+    def port(self, host: str) -> int:
+        return 30000 + self.hosts.index(host) + 1  # inventories/sandbox: 30000 + ct200_sandbox_index
+
+    def base_url(self, host: str) -> str:
+        """The instance's URL as seen from HOST itself (it listens on loopback)."""
+        return f"http://127.0.0.1:{self.port(host)}"
+
+    def run_playbook(self, path, limit=None, env=None, args=(), timeout=900) -> netlab.Run:
+        return self.session.run_playbook(path, extra_vars_file=self.extra_vars_file, limit=limit,
+                                         env={**self.env, **(env or {})}, args=args, timeout=timeout)
+
+    def deploy(self, limit=None, args=(), timeout=1200) -> netlab.Run:
+        return self.run_playbook(DEPLOY, limit=limit, args=args, timeout=timeout)
+
+
+SERVED_VARS = f"""---
+# served_fleet (tests/fleet/conftest.py): one venv per SGLang version, shared by the fleet's hosts
+sglang_runtime_venv: "{SHARED_MOUNT}/sglang/{{{{ sglang_runtime_version }}}}"
+ct200_preflight_json: "{{{{ lookup('ansible.builtin.env', 'CT200_SERVED_PREFLIGHT') }}}}"
+"""
+
+
+@pytest.fixture(scope="session")
+def served_fleet(ssh_fleet, tmp_path_factory):
+    """Every fleet host serving after one full deploy_kimi.yml (the first host installs the shared
+    venv through the role first, so that eight hosts do not install into it at once)."""
+    import time
+
+    from localhub import token_for
+
+    tmp = tmp_path_factory.mktemp("served-fleet")
+    token = tmp / "token"
+    token.write_text(token_for("granted") + "\n")
+    token.chmod(0o600)
+    extra = tmp / "served.yml"
+    extra.write_text(SERVED_VARS)
+    env = {"CT200_HF_TOKEN_FILE": str(token), "CT200_SERVED_PREFLIGHT": str(tmp / "preflight.json")}
+    prepare = REPO / "tests" / "fleet" / "served_prepare.yml"
+    started = time.monotonic()
+    run = ssh_fleet.run_playbook(prepare, env=env)
+    assert run.rc == 0, run.out[-5000:]
+    served = ServedFleet(ssh_fleet, extra, env, 0.0)
+    try:
+        first = served.deploy(limit=ssh_fleet.hosts[0], args=("--tags", "sglang_runtime"))
+        assert first.rc == 0, first.out[-8000:]
+        full = served.deploy()
+        assert full.rc == 0, full.out[-8000:]
+        served.deploy_seconds = time.monotonic() - started
+        yield served
+    finally:
+        served.run_playbook(DEPLOY, args=("--tags", "sglang_service", "-e", "sglang_service_state=stopped"),
+                            timeout=600)
+        ssh_fleet.run_playbook(prepare, env=env, args=("-e", "served_state=absent"))

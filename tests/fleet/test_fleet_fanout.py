@@ -114,3 +114,33 @@ def test_fanout_playbook_one_hub_copy_every_host_verified_servers_removed(site, 
     for host in fleet.hosts:
         assert host in run.out.split("wait, printing one progress line", 1)[1], host  # per-host progress
         assert server_left(fleet, host) == [], host
+
+
+def test_two_slices_of_the_site_each_fan_out_inside_their_own_run(site, tmp_path):
+    """AWX job slicing runs a site as separate ansible-playbook runs (--limit here): each run's tree
+    must stay inside it (its own seed, no parent in the other run) and say what the extra copy costs."""
+    fleet, repo, env = site
+    fleet.hub_reset()
+    sliced_dir = f"{MODELS}/sliced"
+    extra = tmp_path / "slices.json"
+    extra.write_text(json.dumps({
+        "fanout_hosts": "ct200", "fanout_degree": 2, "fanout_poll_interval": 1,
+        "model_weights_repos": [{"name": "fo", "repo_id": REPO_ID, "revision": "main", "local_dir": sliced_dir}],
+    }))
+    halves = [fleet.hosts[:4], fleet.hosts[4:]]
+    for half in halves:
+        run = fleet.run_playbook(PLAYBOOK, extra_vars_file=extra, env=env, limit=",".join(half), timeout=1200)
+        assert run.rc == 0, run.out[-6000:]
+        assert "this run covers 4 of the site's 8 hosts (a job slice or --limit)" in run.out
+        assert f"seeded by {half[0]}" in run.out
+    lfs = [f for f in repo.files.values() if f.lfs]
+    stats = fleet.hub_stats()
+    assert stats["cdn_get"] == 2 * len(lfs)  # one Hub copy per slice, as the runs said
+    expected = dict((p, f.sha256) for p, f in repo.files.items() if f.lfs)
+    for host in fleet.hosts:
+        # wherever the layout puts the files under the repository's directory (one revision here)
+        res = fleet.exec(host, f"find {sliced_dir} -name 'model-*.safetensors' -not -path '*/.ct200/*' "
+                               "-exec sha256sum {} +")
+        got = dict((line.split()[1].rsplit("/", 1)[-1], line.split()[0]) for line in res.stdout.splitlines())
+        assert got == expected, host
+        assert server_left(fleet, host) == [], host

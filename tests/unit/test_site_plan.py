@@ -46,7 +46,7 @@ def test_seed_is_the_first_host_in_inventory_order_and_stable():
 
 def test_inventory_seed_wins_and_must_be_a_host_of_the_run():
     assert sp.site_layout(GROUP, None, seed="h2")["seed"] == "h2"
-    with pytest.raises(sp.PlanError, match="fanout_seed 'h9' is not a host of this run"):
+    with pytest.raises(sp.PlanError, match="fanout_seed 'h9' is not a host of the site"):
         sp.site_layout(GROUP, None, seed="h9")
 
 
@@ -67,6 +67,52 @@ def test_a_kept_layout_loses_a_failed_seed_chosen_by_order_but_not_a_pinned_one(
     with pytest.raises(sp.PlanError, match="fanout_seed 'h3' is not a host of this run"):
         sp.kept_layout(pinned, ["h1", "h2"])
     assert sp.kept_layout(sp.site_layout(GROUP, enabled=False), ["h1"])["fanout"] is False
+
+
+SITE8 = ["n%d" % i for i in range(1, 9)]
+
+
+def test_two_slices_of_an_eight_host_site_each_build_their_tree_inside_the_slice():
+    """AWX job slicing (two ansible-playbook runs) or --limit: a tree must not have parents in the other run."""
+    first, second = SITE8[:4], SITE8[4:]
+    layouts = [sp.site_layout(SITE8, part) for part in (first, second)]
+    assert [lay["hosts"] for lay in layouts] == [first, second]
+    assert [lay["seed"] for lay in layouts] == ["n1", "n5"]
+    assert all(lay["slice"] and lay["extra_hub_copies"] == 1 and lay["site_hosts"] == 8 for lay in layouts)
+    # what the weights role computes from the preflight's layout, with the run's hosts as its group
+    kept = [sp.kept_layout(lay, part) for lay, part in zip(layouts, (first, second))]
+    assert [k["seed"] for k in kept] == ["n1", "n5"] and all(k["slice"] and k["extra_hub_copies"] == 1 for k in kept)
+    # peers are the slice's own hosts: each slice's Hub copies add up to one per slice
+    rows = [dict(sp.unreachable_row(h), reachable=True, hub_bytes=GB if h == lay["seed"] else 0,
+                 peer_bytes=0 if h == lay["seed"] else GB) for lay in layouts for h in lay["hosts"]]
+    hub_bytes = [sp.site_summary([r for r in rows if r["host"] in lay["hosts"]], lay)["hub_bytes"] for lay in layouts]
+    assert hub_bytes == [GB, GB]
+    line = sp.site_line(sp.site_summary(rows[:4], layouts[0]))
+    assert "covers 4 of the site's 8 hosts" in line and "1 Hub copy more" in line
+
+
+def test_the_slice_line_names_the_cost_and_a_whole_site_run_prints_none():
+    part = sp.site_layout(SITE8, SITE8[4:])
+    assert sp.slice_line(part) == ("this run covers 4 of the site's 8 hosts (a job slice or --limit): its fan-out tree "
+                                   "stays inside the run, seeded by n5, and makes 1 Hub copy more than a run of the "
+                                   "whole site")
+    assert sp.slice_line(sp.site_layout(SITE8)) == ""
+    # hosts that are no part of the group make no slice of it (a play over another group)
+    other = sp.site_layout(SITE8, ["x1", "x2"])
+    assert other["hosts"] == ["x1", "x2"] and not other["slice"] and sp.slice_line(other) == ""
+
+
+def test_a_whole_site_run_is_no_slice_and_reports_no_extra_copy():
+    layout = sp.site_layout(SITE8)
+    assert not layout["slice"] and layout["extra_hub_copies"] == 0
+    assert "Hub copy more" not in sp.site_line(sp.site_summary([], layout))
+
+
+def test_a_pinned_seed_in_another_slice_gives_way_and_an_unknown_one_is_refused():
+    assert sp.site_layout(SITE8, SITE8[4:], seed="n2")["seed"] == "n5"
+    assert sp.site_layout(SITE8, SITE8[:4], seed="n2")["seed"] == "n2"
+    with pytest.raises(sp.PlanError, match="'n9' is not a host of the site"):
+        sp.site_layout(SITE8, SITE8[4:], seed="n9")
 
 
 def test_degree_below_one_is_refused_with_the_fix():
@@ -180,7 +226,8 @@ def test_report_bytes_per_host_by_source_and_site_totals():
     got = sp.report(rows, sp.site_layout(GROUP))
     assert [(r["fetch_from"], r["hub_bytes"], r["peer_bytes"]) for r in got["rows"]] == [
         ("hub", 600 * GB, 0), ("peers", 0, 600 * GB), ("peers", 0, 0)]
-    assert got["site"] == {"fanout": True, "seed": "h3", "hub_bytes": 600 * GB, "peer_bytes": 600 * GB}
+    assert got["site"] == {"fanout": True, "seed": "h3", "hub_bytes": 600 * GB, "peer_bytes": 600 * GB, "hosts": 3,
+                           "site_hosts": 3, "slice": False, "extra_hub_copies": 0}
     assert got["site_line"].startswith("fan-out: the seed h3 fetches 600.00 GB from the Hub, once for the site")
 
 
