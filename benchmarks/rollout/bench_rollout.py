@@ -38,8 +38,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "support"), str(REPO / "tests" / "fleet"), str(REPO / "collections")]
 
 import netlab  # noqa: E402
-from conftest import FLEET_SIZE, PREFIX, ROOTFS, SGLANG_WHEELHOUSE, STATE, WHEELHOUSE  # noqa: E402
-from conftest import FleetSession, start_hub_in_namespace  # noqa: E402
+from conftest import (APT_REPO, FLEET_SIZE, PREFIX, ROOTFS, SERVED_VARS, SGLANG_WHEELHOUSE, SHARED,  # noqa: E402
+                      SHARED_MOUNT, STATE, WHEELHOUSE, FleetSession, ServedFleet, start_hub_in_namespace)
+from localhub.personas import token_for  # noqa: E402
 import test_fleet_rollout as t  # noqa: E402
 
 
@@ -69,6 +70,9 @@ def main(argv=None) -> int:
     t_start = time.monotonic()
     binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
     binds += (f"{SGLANG_WHEELHOUSE}:/srv/sglang-wheelhouse:ro",) if SGLANG_WHEELHOUSE.is_dir() else ()
+    binds += (f"{APT_REPO}:/srv/apt-repo:ro",) if APT_REPO.is_dir() else ()
+    SHARED.mkdir(parents=True, exist_ok=True)
+    binds += (f"{SHARED}:{SHARED_MOUNT}",)
     fleet = netlab.SshFleet(STATE, prefix=PREFIX, count=FLEET_SIZE, rootfs=ROOTFS, binds=binds,
                             link_rate=os.environ.get("CT200_FLEET_LINK_RATE", "1gbit"),
                             hub_rate=os.environ.get("CT200_FLEET_HUB_RATE", "400mbit"))
@@ -78,11 +82,24 @@ def main(argv=None) -> int:
         fleet.up()
         hub = start_hub_in_namespace(fleet, Path(tempfile.mkdtemp(prefix="bench-rollout-hub-")))
         session = FleetSession(fleet, hub)
-        served = t.Served(session, Path(tempfile.mkdtemp(prefix="bench-rollout-")))
+        # served_fleet's steps (tests/fleet/conftest.py): local apt source, the shared venv once, the full deploy
+        tmp = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
+        token = tmp / "token"
+        token.write_text(token_for("granted") + "\n")
+        token.chmod(0o600)
+        extra = tmp / "served.yml"
+        extra.write_text(SERVED_VARS)
+        env = {"CT200_HF_TOKEN_FILE": str(token), "CT200_SERVED_PREFLIGHT": str(tmp / "preflight.json")}
         t0 = time.monotonic()
-        run = served.run_playbook(t.DEPLOY, timeout=1800)
+        run = session.run_playbook(REPO / "tests" / "fleet" / "served_prepare.yml", env=env)
         assert run.rc == 0, run.out[-4000:]
-        t.standin_bridge(session)
+        lead = ServedFleet(session, extra, env, 0.0)
+        run = lead.deploy(limit=session.hosts[0], args=("--tags", "sglang_runtime"))
+        assert run.rc == 0, run.out[-4000:]
+        run = lead.deploy(timeout=1800)
+        assert run.rc == 0, run.out[-4000:]
+        served = t.Served(lead)
+        t.standin_bridge(served)
         out["deploy_s"] = round(time.monotonic() - t0, 1)
         hosts = served.hosts
 
@@ -115,7 +132,7 @@ def main(argv=None) -> int:
         verified.append(all(t.health(session, h) == 200 for h in hosts))
 
         # rollback of the fleet
-        env = fleet.env(session.env(served.env()))
+        env = fleet.env(session.env(served.env))
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "ct200_fleet", "rollback", "-i", str(REPO / "inventories" / "sandbox")],
                               cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-
-from localhub.personas import token_for
 
 pytestmark = pytest.mark.slow
 
@@ -46,60 +43,50 @@ RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+f
 
 
 class Served:
-    """The fleet after one full deploy_kimi.yml (the lead's served_fleet when there, else built here)."""
+    """served_fleet (tests/fleet/conftest.py: the fleet after one full deploy_kimi.yml) with the rollout's runs."""
 
-    def __init__(self, session, workdir: Path):
-        self.session = session
-        self.hosts = session.hosts
-        self.token = workdir / "token"
-        self.token.write_text(token_for("granted") + "\n")
-        self.token.chmod(0o600)
-        self.extra_vars_file = workdir / "extra.json"
-        self.extra_vars_file.write_text("{}")
-
-    def env(self):
-        return {"CT200_HF_TOKEN_FILE": str(self.token)}
+    def __init__(self, fleet):
+        self.fleet = fleet
+        self.session = fleet.session
+        self.hosts = fleet.hosts
+        self.env = dict(fleet.env)
 
     def run_playbook(self, path, extra=None, limit=None, timeout=900):
-        if extra:
-            self.extra_vars_file.write_text(json.dumps(extra))
-        return self.session.run_playbook(path, extra_vars_file=self.extra_vars_file if extra else None, limit=limit,
-                                         env=self.env(), timeout=timeout)
+        args = ("-e", json.dumps(extra)) if extra else ()
+        return self.fleet.run_playbook(path, limit=limit, args=args, timeout=timeout)
 
-    def base_url(self, host):
-        return "http://%s:%d" % (self.session.addresses[host], 30000 + self.hosts.index(host) + 1)
+    def popen_playbook(self, path, extra=None):
+        args = ("-e", "@%s" % self.fleet.extra_vars_file) + (("-e", json.dumps(extra)) if extra else ())
+        return self.session.popen_playbook(path, env=self.env, args=args)
+
+    def port(self, host):
+        return self.fleet.port(host)
 
 
-def standin_bridge(session) -> None:
+def standin_bridge(served) -> None:
     """Until the SGLang wheelhouse is rebuilt with this checkout's stand-in (its stamp carries the source's hash:
-    scripts/sglang-wheelhouse.sh), the hosts' venvs get it copied in and the unit restarted. Test infra only."""
+    scripts/sglang-wheelhouse.sh), the venv the hosts share gets it copied in and each unit is restarted. Test
+    infrastructure only; a no-op once the wheel carries this source."""
     source = STANDIN.read_text()
-    for host in session.hosts:
-        res = session.exec(host, "f=$(ls /srv/ct200-disk/%s/sglang-venv/lib/python3*/site-packages/"
-                                 "ct200_sglang_standin.py) && echo $f && cat $f" % host)
-        path, _, installed = res.stdout.partition("\n")
-        assert res.returncode == 0, res.stderr
-        if installed != source:
-            res = session.exec(host, "cat > %s && systemctl restart %s" % (path, UNIT), input=source)
-            assert res.returncode == 0, res.stderr
-    for host in session.hosts:
-        wait_serving(session, host)
+    session, host = served.session, served.hosts[0]
+    res = session.exec(host, "ls /srv/ct200-shared/sglang/*/lib/python3*/site-packages/ct200_sglang_standin.py")
+    assert res.returncode == 0, res.stderr
+    restart = False
+    for path in res.stdout.split():
+        if session.exec(host, "cat %s" % path).stdout != source:
+            sh(session, host, "cat > %s.new && mv %s.new %s" % (path, path, path), input=source)
+            restart = True
+    if restart:
+        for h in served.hosts:
+            sh(session, h, "systemctl restart %s" % UNIT)
+    for h in served.hosts:
+        wait_serving(served, h)
 
 
 @pytest.fixture(scope="module")
-def served(request, tmp_path_factory):
-    try:
-        lead = request.getfixturevalue("served_fleet")
-    except pytest.FixtureLookupError:
-        lead = None
-    workdir = tmp_path_factory.mktemp("rollout")
-    if lead is not None:
-        served = Served(lead.session, workdir)
-    else:
-        served = Served(request.getfixturevalue("ssh_fleet"), workdir)
-        run = served.run_playbook(DEPLOY, timeout=1800)
-        assert run.rc == 0, run.out[-6000:]
-    standin_bridge(served.session)
+def served(served_fleet):
+    served = Served(served_fleet)
+    standin_bridge(served)
     return served
 
 
@@ -109,16 +96,21 @@ def sh(session, host, cmd, input=None):
     return res.stdout
 
 
+def port_of(session, host) -> int:
+    return 30000 + session.hosts.index(host) + 1  # inventories/sandbox: 30000 + ct200_sandbox_index
+
+
 def health(session, host, timeout=3.0) -> int:
+    """/health_generate of HOST's instance, asked on the host (it listens on loopback)."""
     res = session.exec(host, "curl -s -o /dev/null -w '%%{http_code}' --max-time %s "
-                             "http://127.0.0.1:%d/health_generate || true" % (timeout, 30000 + session.hosts.index(host) + 1))
-    return int(res.stdout.strip() or 0) if res.stdout.strip().isdigit() else 0
+                             "http://127.0.0.1:%d/health_generate || true" % (timeout, port_of(session, host)))
+    return int(res.stdout.strip()) if res.stdout.strip().isdigit() else 0
 
 
-def wait_serving(session, host, timeout=120):
+def wait_serving(served, host, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if health(session, host) == 200:
+        if health(served.session, host) == 200:
             return
         time.sleep(1)
     raise AssertionError("%s does not serve after %ss" % (host, timeout))
@@ -156,34 +148,38 @@ def commit_drafter(served, behaviour: dict | None, note: str) -> str:
     return served.session.hub.commit(DRAFTER, files, note)
 
 
-class Availability(threading.Thread):
-    """Polls every host's /health_generate while a rollout runs: the most hosts down at one time."""
+class Availability(object):
+    """Each host polls its own /health_generate every 0.5 s while a rollout runs (a transient unit, so the
+    poll does not depend on the controller); afterwards: the most hosts down at one time, and which ones."""
+
+    POLL = ("while :; do c=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 http://127.0.0.1:PORT/health_generate); "
+            "echo \"$(date +%s.%N) $c\" >> /run/ct200-avail.log; sleep 0.5; done")
 
     def __init__(self, served):
-        threading.Thread.__init__(self, daemon=True)
-        self.served, self.stop, self.max_down, self.down_hosts = served, threading.Event(), 0, set()
-
-    def run(self):
-        while not self.stop.is_set():
-            down = {h for h in self.served.hosts if self._health(h) != 200}
-            self.max_down = max(self.max_down, len(down))
-            self.down_hosts |= down
-            self.stop.wait(0.5)
-
-    def _health(self, host):
-        try:
-            with urllib.request.urlopen(self.served.base_url(host) + "/health_generate", timeout=2) as answer:
-                return answer.status
-        except OSError as exc:
-            return getattr(exc, "code", 0)
+        self.served, self.max_down, self.down_hosts = served, 0, set()
 
     def __enter__(self):
-        self.start()
+        for host in self.served.hosts:
+            poll = self.POLL.replace("PORT", str(port_of(self.served.session, host)))
+            sh(self.served.session, host, "rm -f /run/ct200-avail.log; systemd-run --quiet --unit ct200-avail "
+                                          "/bin/sh -c %s" % shlex.quote(poll))
         return self
 
     def __exit__(self, *exc):
-        self.stop.set()
-        self.join(10)
+        samples = {}
+        for host in self.served.hosts:
+            self.served.session.exec(host, "systemctl stop ct200-avail")
+            out = self.served.session.exec(host, "cat /run/ct200-avail.log").stdout
+            samples[host] = [(float(t), code == "200") for t, code in (line.split() for line in out.splitlines()
+                                                                       if len(line.split()) == 2)]
+        buckets = {}
+        for host, rows in samples.items():
+            for t, ok in rows:
+                if not ok:
+                    buckets.setdefault(int(t * 2), set()).add(host)
+                    self.down_hosts.add(host)
+        self.max_down = max((len(v) for v in buckets.values()), default=0)
+        self.samples = sum(len(v) for v in samples.values())
 
 
 def serial_extra():
@@ -191,8 +187,7 @@ def serial_extra():
 
 
 def popen_rollout(served):
-    served.extra_vars_file.write_text(json.dumps(serial_extra()))
-    return served.session.popen_playbook(ROLLOUT, env=served.env(), args=("-e", "@%s" % served.extra_vars_file))
+    return served.popen_playbook(ROLLOUT, serial_extra())
 
 
 # ---------------------------------------------------------------------------
@@ -310,7 +305,7 @@ def test_rollback_of_one_host_returns_it_to_its_previous_release(served, tmp_pat
     s = served.session
     host = served.hosts[0]
     before = snapshot(served)
-    env = s.fleet.env(s.env(served.env()))
+    env = s.fleet.env(s.env(served.env))
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "ct200_fleet", "rollback", "-i", str(REPO / "inventories" / "sandbox"),
                            "--limit", host, "--json", str(tmp_path / "rollback.json")],
