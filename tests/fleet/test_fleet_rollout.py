@@ -206,9 +206,8 @@ def test_clean_drafter_rollout_survives_a_killed_controller_and_converges(served
             break
     proc.wait(60)
     assert killed, "".join(lines)[-5000:]
-    canary = served.hosts[0]
-    mid = state(s, canary)
-    assert mid.get("current") and mid.get("previous") is None, mid  # adopted, the new one not recorded yet
+    adopted = {h: state(s, h) for h in served.hosts}  # the first play recorded what every host served
+    assert all(st.get("current") and st.get("previous") is None for st in adopted.values()), adopted
     assert all(sh(s, h, "cat %s" % UNIT_PATH) == before[h]["unit"] for h in served.hosts[1:]), "only the canary"
 
     with Availability(served) as avail:
@@ -217,24 +216,21 @@ def test_clean_drafter_rollout_survives_a_killed_controller_and_converges(served
         seconds = time.monotonic() - t0
     assert run.rc == 0, run.out[-6000:]
     after = snapshot(served)
-    ids = {after[h]["state"]["current"] for h in served.hosts}
-    assert len(ids) == 1, after
-    new = ids.pop()
     for host in served.hosts:
         st = after[host]["state"]
-        assert st["previous"] == state_adopted(before, after, host) and st["previous"] != new, st
-        rec = record(s, host, new)
-        assert rec["drafter"]["commit"] == good and rec["measured"]["decode_tok_s"] > 30, rec
-        assert rec["measured"]["accept_length"] == 3.5
+        assert st["previous"] == adopted[host]["current"] and st["current"] != st["previous"], st
+        old = record(s, host, st["previous"])
+        rec = record(s, host, st["current"])  # ids differ per host: each host's unit has its own port and GPUs
+        assert rec["drafter"]["commit"] == good and old["drafter"]["commit"] != good, (rec, old)
+        assert rec["target"]["commit"] == old["target"]["commit"] and rec["sglang_version"] == old["sglang_version"]
+        assert rec["measured"]["decode_tok_s"] > 30 and rec["measured"]["accept_length"] == 3.5, rec
+        assert old["measured"]["decode_tok_s"] > 30, old  # the baseline measured on the serving release
+        assert rec["units"][UNIT_PATH] == after[host]["unit"]
         assert after[host]["started"] != before[host]["started"]
         assert health(s, host) == 200
-    assert avail.max_down <= 2, (avail.max_down, "batches of [1, 25%] on 8 hosts: 2 at most")
+    batch = max(1, len(served.hosts) // 4)
+    assert avail.samples > 10 and avail.max_down <= batch, (avail.max_down, batch)
     print("clean rollout of %d hosts: %.0f s, at most %d down" % (len(served.hosts), seconds, avail.max_down))
-
-
-def state_adopted(before, after, host):
-    """The release a host served before the first rollout (adopted by it): the previous one after it."""
-    return after[host]["state"]["previous"]
 
 
 def test_the_same_rollout_again_changes_nothing(served):
