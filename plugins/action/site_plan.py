@@ -117,7 +117,12 @@ class ActionModule(ActionBase):
 
     def _stage_jobs(self, args, task_vars):
         host = task_vars.get("inventory_hostname")
-        return {"jobs": site_plan.wait_jobs(host, args.get("layout") or {"fanout": False}, list(args.get("started") or []))}
+        return {"jobs": site_plan.wait_jobs(host, args.get("layout") or {"fanout": False}, list(args.get("started") or []),
+                                            args.get("dirs"))}
+
+    def _stage_staged(self, args, task_vars):
+        return site_plan.staged_repos(list(args.get("repos") or []), list(args.get("plans") or []),
+                                      list(args.get("listings") or []))
 
     def _stage_outcome(self, args, task_vars):
         repos, plans = list(args.get("repos") or []), list(args.get("plans") or [])

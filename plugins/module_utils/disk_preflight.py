@@ -64,13 +64,14 @@ class FsInfo(object):
 class FsCheck(object):
     """Result of the combined check for one filesystem."""
 
-    __slots__ = ("fs", "needed_bytes", "headroom_bytes", "items")
+    __slots__ = ("fs", "needed_bytes", "headroom_bytes", "items", "reused_bytes")
 
-    def __init__(self, fs, needed_bytes, headroom_bytes, items):
+    def __init__(self, fs, needed_bytes, headroom_bytes, items, reused_bytes=0):
         self.fs = fs
         self.needed_bytes = needed_bytes
         self.headroom_bytes = headroom_bytes
         self.items = items  # list of (label, path, bytes)
+        self.reused_bytes = reused_bytes  # hard-linked from kept snapshots: no new blocks, not counted
 
     @property
     def ok(self):
@@ -90,6 +91,9 @@ class FsCheck(object):
         )
         if len(self.items) > 1:
             text += ": " + " + ".join("%s %s" % (label, format_bytes(n)) for label, _path, n in self.items)
+        if self.reused_bytes:
+            text += "; %s more are hard-linked from the kept snapshots (unchanged files, no new space, not counted)" % (
+                format_bytes(self.reused_bytes))
         return text
 
     def as_dict(self):
@@ -100,6 +104,7 @@ class FsCheck(object):
                 "headroom_bytes": self.headroom_bytes,
                 "ok": self.ok,
                 "shortfall_bytes": self.shortfall_bytes,
+                "reused_bytes": self.reused_bytes,
                 "paths": [p for _label, p, _n in self.items],
                 "message": self.message(),
             }
@@ -249,14 +254,18 @@ def fs_info(path, mounts=None, statvfs=os.statvfs, stat=os.stat):
 def check_requirements(requirements, headroom_bytes, fs_lookup=fs_info):
     """Check several outstanding downloads at once.
 
-    ``requirements``: iterable of ``(label, path, bytes_needed)``; ``bytes_needed``
-    must be a known int (``None`` is refused: an unknown size is an error, never 0).
+    ``requirements``: iterable of ``(label, path, bytes_needed)`` or ``(label, path, bytes_needed, bytes_reused)``;
+    ``bytes_needed`` (only the new bytes: files hard-linked from a kept snapshot take no new blocks and are
+    ``bytes_reused``, named in the message) must be a known int (``None`` is refused: an unknown size is an
+    error, never 0).  The free space is what the filesystem has now, so the kept releases are already in it.
     Returns the list of :class:`FsCheck` (one per filesystem, in first-seen order);
     raises :class:`DiskSpaceError` naming every filesystem that is short.
     """
     groups = {}
     order = []
-    for label, path, needed in requirements:
+    for requirement in requirements:
+        label, path, needed = requirement[:3]
+        reused = requirement[3] if len(requirement) > 3 else 0
         if needed is None or isinstance(needed, bool) or not isinstance(needed, int) or needed < 0:
             raise DiskSpaceError(
                 "size of %s is unknown (%r); refusing to guess free space -- the Hub tree listing must give a size for every selected file"
@@ -268,6 +277,7 @@ def check_requirements(requirements, headroom_bytes, fs_lookup=fs_info):
             order.append(info.device)
         group = groups[info.device]
         group.needed_bytes += needed
+        group.reused_bytes += int(reused or 0)
         group.items.append((label, path, needed))
     checks = [groups[d] for d in order]
     short = [c for c in checks if not c.ok]

@@ -452,9 +452,9 @@ class SharedManifest(object):
         with self._lock:
             return json.loads(json.dumps(self._manifest.data))
 
-    def record(self, *args):
+    def record(self, *args, **kwargs):
         with self._lock:
-            self._manifest.record(*args)
+            self._manifest.record(*args, **kwargs)
 
 
 class Fetcher(object):
@@ -462,8 +462,17 @@ class Fetcher(object):
 
     def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
                  peer_stall=60.0, poll=0.2, stall_timeout=60.0, max_workers=8, source_attempts=2, parallel_files=4,
-                 progress_interval=1.0, lock_timeout=0.0, min_free_bytes=None, probe=None, clock=time.monotonic, sleep=time.sleep):
+                 progress_interval=1.0, lock_timeout=0.0, min_free_bytes=None, probe=None, clock=time.monotonic, sleep=time.sleep,
+                 layout="flat", reuse_dirs=None):
         self.local_dir = os.path.abspath(local_dir)
+        self.root_dir = None
+        if layout == "snapshots":  # local_dir is the repository's root: fetch into its snapshot of this commit
+            if not hf_manifest.is_commit_name(commit):
+                raise FanoutError("commit %r is not a 40-hex commit" % (commit,), code="bad_argument",
+                                  fix="pass the commit the seed listed (hf_fanout_fetch mode=list)")
+            self.root_dir = self.local_dir
+            self.local_dir = hf_manifest.snapshot_dir(self.root_dir, commit)
+        self.reuse_dirs = list(reuse_dirs or [])
         self.repo_id = repo_id
         self.repo_type = repo_type
         self.commit = commit
@@ -496,6 +505,9 @@ class Fetcher(object):
         self.running = {}  # engine -> the source it fetches from
         self.upstream = None
         self.plan = None
+        self.linked = 0
+        self.bytes_linked = 0
+        self.warnings = []
         self.started = clock()
         self.last_progress = 0.0
 
@@ -569,9 +581,16 @@ class Fetcher(object):
         """hf_download's Options for this directory: the same local_dir checks (not /, not a symlink)."""
         from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer
 
+        if self.root_dir is not None:
+            for path in (os.path.dirname(self.local_dir), self.local_dir):
+                if os.path.islink(path):
+                    raise FanoutError("%s is a symlink; hf_fanout_fetch follows no symlink under the repository root %s"
+                                      % (path, self.root_dir), code="unsafe_path",
+                                      fix="remove the symlink (or move the real directory there) and run again")
         opts = hf_transfer.Options(repo_id=self.repo_id, local_dir=self.local_dir, revision=self.commit,
                                    repo_type=self.repo_type, stall_timeout=self.stall_timeout,
-                                   lock_timeout=self.lock_timeout, min_free_bytes=self.min_free_bytes)
+                                   lock_timeout=self.lock_timeout, min_free_bytes=self.min_free_bytes,
+                                   reuse_dirs=self.reuse_dirs)
         opts.validate()
         self.opts = opts
         return opts
@@ -592,8 +611,10 @@ class Fetcher(object):
         """Check mode: what a run would fetch; nothing is written and no lock is taken."""
         plan = self._locally(lambda opts: self._make_plan(opts)[1])
         res = self.result()
-        res.update(changed=bool(plan.to_fetch), would_fetch=[pf.as_dict() for pf in plan.to_fetch],
-                   bytes_to_fetch=plan.bytes_to_fetch, sources=[s.describe() for s in self.sources])
+        res.update(changed=bool(plan.to_fetch or plan.to_link), would_fetch=[pf.as_dict() for pf in plan.to_fetch],
+                   bytes_to_fetch=plan.bytes_to_fetch, sources=[s.describe() for s in self.sources],
+                   would_link=[dict(pf.as_dict(), source=pf.link_from[0].path) for pf in plan.to_link][:200],
+                   bytes_to_link=plan.bytes_to_link)
         return res
 
     def run(self):
@@ -630,6 +651,8 @@ class Fetcher(object):
         if plan.to_fetch:
             hf_transfer.disk_check(opts, plan, self.commit)
         hf_transfer.clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
+        self.bytes_linked = hf_transfer.link_reused(opts, plan, manifest, self.commit, self.warnings)
+        self.linked = len(plan.to_link)  # what could not be linked went back to fetch
         manifest.save()
         self.write_progress("running")
         try:
@@ -645,7 +668,8 @@ class Fetcher(object):
             self.write_progress("failed", error=code)
             raise
         manifest.save()
-        if plan.to_fetch:
+        hf_transfer.mark_complete(opts, manifest, self.commit, self.warnings)
+        if plan.to_fetch or self.linked:
             engine_mod.remove_tmp_dir(self.local_dir)
         self.write_progress("done")
         return self.result()
@@ -653,7 +677,9 @@ class Fetcher(object):
     def result(self):
         plan = self.plan
         return {
-            "changed": bool(plan.to_fetch), "commit": self.commit, "local_dir": self.local_dir,
+            "changed": bool(plan.to_fetch) or bool(self.linked), "commit": self.commit, "local_dir": self.local_dir,
+            "root_dir": self.root_dir, "files_linked": self.linked, "bytes_linked": self.bytes_linked,
+            "warnings": list(self.warnings),
             "files": len(plan.files), "files_fetched": self.done_files, "files_present": len(plan.files) - len(plan.to_fetch),
             "bytes_total": plan.bytes_total, "bytes_fetched": sum(self.by_source.values()),
             "bytes_by_source": dict(self.by_source), "files_by_source": dict(self.files_by_source),
@@ -779,7 +805,8 @@ class Fetcher(object):
         engine = engine_mod.Engine(
             self.local_dir, [pf], source.headers, source.allowed_origins, manifest, self.commit,
             max_workers=self.max_workers, verify="sha256", stall_timeout=self.stall_timeout, retries=0,
-            on_progress=self._tick, progress_interval=self.progress_interval)
+            on_progress=self._tick, progress_interval=self.progress_interval,
+            read_only=hf_manifest.snapshot_commit(self.local_dir) is not None)
         with self.lock:
             self.running[engine] = source
         try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 DEFAULT_ENDPOINT = "https://huggingface.co"
 VERIFY_CHOICES = ["size", "sha256", "full", "sample-unsafe"]
 REPO_TYPES = ["model", "dataset", "space"]
+LAYOUTS = ["flat", "snapshots"]
 
 ARGUMENT_SPEC = dict(
     repo_id=dict(type="str", required=True),
@@ -44,6 +45,8 @@ ARGUMENT_SPEC = dict(
     direct_io=dict(type="bool", default=True),
     lock_timeout=dict(type="float", default=0.0),
     listing=dict(type="list", elements="dict"),
+    layout=dict(type="str", choices=LAYOUTS, default="flat"),
+    reuse_dirs=dict(type="list", elements="path"),
 )
 
 # name -> (lowest, highest, inclusive_low); checked by Options.validate with one message per option
@@ -71,7 +74,7 @@ ROLE_REPO_OPTIONS = ("repo_id", "revision", "repo_type", "local_dir", "allow_pat
 
 # hf_fanout_fetch's options that are hf_download's (same meaning, type and default)
 FANOUT_SHARED = ("repo_id", "repo_type", "local_dir", "revision", "allow_patterns", "ignore_patterns", "endpoint",
-                 "token", "stall_timeout", "max_workers", "lock_timeout", "min_free_bytes")
+                 "token", "stall_timeout", "max_workers", "lock_timeout", "min_free_bytes", "layout", "reuse_dirs")
 
 
 def shared_spec(names=FANOUT_SHARED):

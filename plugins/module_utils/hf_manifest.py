@@ -170,8 +170,12 @@ class Manifest(object):
     def entry(self, path):
         return self.data["files"].get(path)
 
-    def record(self, path, st, sha256, oid, commit, sample):
-        """Vouch for ``path`` as it was when ``st`` (its stat result) was taken."""
+    def record(self, path, st, sha256, oid, commit, sample, hashed=True):
+        """Vouch for ``path`` as it was when ``st`` (its stat result) was taken.
+
+        ``hashed``: its bytes were hashed against ``oid`` after their last change (a download, a full
+        re-hash, or a hard link of such bytes); False for what verify=size or sample-unsafe accepted
+        without reading every byte.  Only hashed entries are reused by another snapshot."""
         self.data["files"][path] = {
             "size": st.st_size,
             "mtime_ns": st.st_mtime_ns,
@@ -181,8 +185,34 @@ class Manifest(object):
             "oid": oid,
             "commit": commit,
             "sample": sample,
+            "hashed": bool(hashed),
         }
         self.dirty = True
+
+    # ------------------------------------------------------------- snapshot
+    @property
+    def complete(self):
+        """The commit this directory was completed for (snapshot layout), or None."""
+        return self.data.get("complete")
+
+    def mark_complete(self, commit):
+        if self.data.get("complete") != commit:
+            self.data["complete"] = commit
+            self.dirty = True
+
+    def refresh_ctime(self, ino, mtime_ns, old_ctime_ns, new_ctime_ns):
+        """Entries of the inode ``ino`` that vouched for it at ``old_ctime_ns`` now vouch for it at
+        ``new_ctime_ns``: a hard link made or removed by ct200 itself changed the inode's ctime, not its
+        bytes (the mtime and the inode are compared too).  Returns how many entries changed."""
+        changed = 0
+        for entry in self.data["files"].values():
+            if (entry.get("ino") == ino and entry.get("mtime_ns") == mtime_ns
+                    and entry.get("ctime_ns") == old_ctime_ns and old_ctime_ns != new_ctime_ns):
+                entry["ctime_ns"] = new_ctime_ns
+                changed += 1
+        if changed:
+            self.dirty = True
+        return changed
 
     def forget(self, path):
         if self.data["files"].pop(path, None) is not None:
@@ -208,6 +238,54 @@ class Manifest(object):
         if not same_identity(entry, st):
             return TOUCHED, st
         return OK, st
+
+
+SNAPSHOTS_DIR = "snapshots"
+_COMMIT_CHARS = frozenset("0123456789abcdef")
+
+
+def is_commit_name(name):
+    return isinstance(name, str) and len(name) == 40 and set(name) <= _COMMIT_CHARS
+
+
+def snapshot_dir(root, commit):
+    """``<root>/snapshots/<commit>``: one commit's complete directory (the storage layout of SHARED-DESIGN)."""
+    return os.path.join(root, SNAPSHOTS_DIR, commit)
+
+
+def snapshot_commit(local_dir):
+    """The commit ``local_dir`` is the snapshot of (``.../snapshots/<commit40>``), or None for any other dir."""
+    local_dir = os.path.abspath(local_dir)
+    name = os.path.basename(local_dir)
+    if is_commit_name(name) and os.path.basename(os.path.dirname(local_dir)) == SNAPSHOTS_DIR:
+        return name
+    return None
+
+
+def sibling_snapshots(local_dir):
+    """The other snapshot directories beside ``local_dir`` (real directories, never a symlink), sorted."""
+    if snapshot_commit(local_dir) is None:
+        return []
+    parent = os.path.dirname(os.path.abspath(local_dir))
+    own = os.path.basename(os.path.abspath(local_dir))
+    try:
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return []
+    try:
+        out = []
+        for name in sorted(os.listdir(fd)):
+            if name == own or not is_commit_name(name):
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                out.append(os.path.join(parent, name))
+        return out
+    finally:
+        os.close(fd)
 
 
 def same_identity(entry, st):

@@ -136,6 +136,11 @@ class Options(object):
             offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
         self.offline = offline
         self.listing = values["listing"]
+        self.layout = values["layout"] or "flat"
+        self.reuse_dirs = [os.path.abspath(p) for p in values["reuse_dirs"] or []]
+        self.root_dir = None  # layout=snapshots: the repository's root (local_dir then becomes its snapshot)
+        self.resolved = None  # (commit, network calls) when the commit was resolved before the lock
+        self._progress_given = bool(values["progress_file"])
 
     def _size(self, name, value):
         try:
@@ -166,6 +171,8 @@ class Options(object):
             if not ok or value > high or value < low or (value == low and not inclusive):
                 problems.append("%s must be a number %s %s and <= %s, got %r"
                                 % (name, ">=" if inclusive else ">", low, high, value))
+        if self.layout not in spec.LAYOUTS:
+            problems.append("layout must be one of %s" % ", ".join(spec.LAYOUTS))
         if self.listing is not None and not is_commit(self.revision):
             problems.append("listing is the tree of one commit: revision must be that 40-hex commit, got %r"
                             % (self.revision,))
@@ -187,6 +194,19 @@ class Options(object):
                 code="bad_argument",
                 fix="correct the options named above; nothing was changed",
             )
+
+    def use_snapshot(self, commit):
+        """layout=snapshots: work in ``<local_dir>/snapshots/<commit>`` (local_dir is the repository's root)."""
+        self.root_dir = self.local_dir
+        snap = hf_manifest.snapshot_dir(self.root_dir, commit)
+        for path in (os.path.dirname(snap), snap):
+            if os.path.islink(path):
+                raise DownloadError(
+                    "%s is a symlink; hf_download follows no symlink under the repository root %s" % (path, self.root_dir),
+                    code="unsafe_path", fix="remove the symlink (or move the real directory there) and run again")
+        self.local_dir = snap
+        if not self._progress_given:
+            self.progress_file = os.path.join(hf_manifest.state_dir(snap), PROGRESS_NAME)
 
     # URL helpers -------------------------------------------------------------
     def repo_url_prefix(self):
@@ -212,7 +232,7 @@ class Options(object):
 
 # --------------------------------------------------------------------- planning
 class PlanFile(object):
-    __slots__ = ("path", "size", "oid", "lfs", "url", "action", "reason", "existing", "partial")
+    __slots__ = ("path", "size", "oid", "lfs", "url", "action", "reason", "existing", "partial", "link_from")
 
     def __init__(self, path, size, oid, lfs):
         self.path = path
@@ -220,7 +240,8 @@ class PlanFile(object):
         self.oid = oid
         self.lfs = lfs
         self.url = None
-        self.action = None  # present | refresh | adopt | fetch
+        self.action = None  # present | refresh | adopt | link | fetch
+        self.link_from = None  # (hf_transfer_reuse.Source, path, manifest entry) for action "link"
         self.reason = None
         self.existing = 0
         self.partial = 0
@@ -241,6 +262,7 @@ class Plan(object):
         self.unmatched = unmatched
         self.hashed = 0
         self.hashed_bytes = 0
+        self.reuse_sources = []  # hf_transfer_reuse.Source of every kept directory looked at
 
     def by_action(self, *actions):
         return [f for f in self.files if f.action in actions]
@@ -248,6 +270,14 @@ class Plan(object):
     @property
     def to_fetch(self):
         return self.by_action("fetch")
+
+    @property
+    def to_link(self):
+        return self.by_action("link")
+
+    @property
+    def bytes_to_link(self):
+        return sum(f.size for f in self.to_link)
 
     @property
     def bytes_total(self):
@@ -381,6 +411,15 @@ def make_plan(opts, commit, tree_files, manifest, hash_workers=None, source="the
     Records verified files in ``manifest`` (in memory).
     """
     check_tree(opts, commit, tree_files, source)
+    snap = hf_manifest.snapshot_commit(opts.local_dir)
+    if snap is not None and snap != commit:
+        raise DownloadError(
+            "%s is the snapshot of commit %s, but %s@%s is commit %s: a snapshot directory holds one commit and is "
+            "never written with another's files; nothing was written"
+            % (opts.local_dir, snap, opts.repo_id, opts.revision, commit),
+            code="snapshot_mismatch",
+            fix="stage the new commit beside it, in %s (layout: snapshots with local_dir the repository's root)"
+                % hf_manifest.snapshot_dir(os.path.dirname(os.path.dirname(opts.local_dir)), commit))
     selected, unmatched = select(tree_files, opts.allow_patterns, opts.ignore_patterns)
     files = []
     to_hash = []
@@ -401,6 +440,12 @@ def make_plan(opts, commit, tree_files, manifest, hash_workers=None, source="the
     plan = Plan(commit, files, unmatched)
     if to_hash:
         _hash_present(opts, plan, to_hash, manifest, commit, hash_workers)
+    if plan.to_fetch and (snap is not None or opts.reuse_dirs):
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer_reuse as reuse
+
+        plan.reuse_sources = reuse.load_sources(opts.local_dir, opts.repo_id, opts.repo_type, opts.reuse_dirs,
+                                                siblings=snap is not None)
+        reuse.plan_reuse(plan.to_fetch, plan.reuse_sources)
     return plan
 
 
@@ -436,15 +481,15 @@ def _classify(opts, pf, outcome, st, manifest, commit, to_hash):
         entry = manifest.entry(path)
         if opts.verify == "size":
             pf.action, pf.reason = "refresh", "stat changed (verify=size trusts the size)"
-            manifest.record(path, st, entry.get("sha256"), pf.oid, entry.get("commit"), entry.get("sample"))
+            manifest.record(path, st, entry.get("sha256"), pf.oid, entry.get("commit"), entry.get("sample"), hashed=False)
         elif opts.verify == "sample-unsafe" and entry.get("sample") and _sample(manifest, path, pf.size) == entry["sample"]:
             pf.action, pf.reason = "refresh", "stat changed, sampled blocks unchanged (verify=sample-unsafe)"
-            manifest.record(path, st, entry.get("sha256"), pf.oid, entry.get("commit"), entry["sample"])
+            manifest.record(path, st, entry.get("sha256"), pf.oid, entry.get("commit"), entry["sample"], hashed=False)
         else:
             to_hash.append((pf, st))
     elif opts.verify == "size":  # UNKNOWN: present with the right size, not vouched for by the manifest
         pf.action, pf.reason = "adopt", "size matches (verify=size)"
-        manifest.record(path, st, None, pf.oid, commit, _sample(manifest, path, pf.size))
+        manifest.record(path, st, None, pf.oid, commit, _sample(manifest, path, pf.size), hashed=False)
     else:
         to_hash.append((pf, st))
 
@@ -986,6 +1031,7 @@ def _result(opts, plan, started, changed, planning, network_calls, **extra):
         "revision": opts.revision,
         "commit": plan.commit,
         "local_dir": opts.local_dir,
+        "root_dir": opts.root_dir or (os.path.dirname(os.path.dirname(opts.local_dir)) if is_snapshot(opts.local_dir) else None),
         "files": len(plan.files),
         "bytes_total": plan.bytes_total,
         "bytes_downloaded": 0,
@@ -1020,6 +1066,9 @@ def run(opts, clock=time.monotonic):
     lock = None
     try:
         try:
+            if opts.layout == "snapshots" and opts.root_dir is None:
+                opts.resolved = resolve_for_snapshot(opts)
+                opts.use_snapshot(opts.resolved[0])
             if not opts.check_mode:
                 lock = DirLock(opts.local_dir, opts.lock_timeout).acquire()
             return _run_locked(opts, clock, started)
@@ -1037,6 +1086,21 @@ def run(opts, clock=time.monotonic):
     finally:
         if lock is not None:
             lock.release()
+
+
+def resolve_for_snapshot(opts):
+    """(commit, network calls) of ``opts.revision`` before the snapshot directory is chosen."""
+    if is_commit(opts.revision):
+        return opts.revision, 0
+    if opts.offline:
+        raise DownloadError(
+            "HF_HUB_OFFLINE is set and revision %r of %s is not a commit: with layout snapshots the directory is "
+            "chosen by the commit" % (opts.revision, opts.repo_id), code="offline",
+            fix="pin revision to the 40-hex commit of the snapshot already downloaded, or unset HF_HUB_OFFLINE")
+    commit = None if opts.verify == "full" else lean_resolve(opts, timeout=min(opts.api_timeout, 30.0))
+    if commit is not None:
+        return commit, 1
+    return Hub(opts).resolve(opts.revision), 2 if opts.verify != "full" else 1
 
 
 # errno values an OSError of the engine's own writes (pwrite, open, rename under local_dir) carries: the
@@ -1100,7 +1164,10 @@ def _run_locked(opts, clock, started):
 
     # 1. fast path: answer from the manifest alone ------------------------------
     commit = None
-    if is_commit(opts.revision):
+    if opts.resolved is not None:  # layout=snapshots resolved it to pick the directory
+        commit, calls = opts.resolved
+        network_calls += calls
+    elif is_commit(opts.revision):
         commit = opts.revision
     elif opts.offline:
         commit = manifest.data.get("refs", {}).get(opts.revision)
@@ -1111,7 +1178,7 @@ def _run_locked(opts, clock, started):
     if cached_tree is not None and opts.verify != "full":
         plan = make_plan(opts, commit, cached_tree, manifest,
                          source="the tree cached in %s" % hf_manifest.manifest_path(opts.local_dir))
-        if not plan.to_fetch:
+        if not plan.to_fetch and not plan.to_link:
             return _finish_noop(opts, plan, manifest, started, network_calls, warnings, "manifest")
     if opts.offline:
         raise DownloadError(
@@ -1165,17 +1232,18 @@ def _run_locked(opts, clock, started):
 
     for pf in plan.to_fetch:
         pf.partial, _segments = engine_mod.read_partial(opts.local_dir, pf.path, pf.oid, pf.size)
+    for pf in plan.to_fetch + plan.to_link:
         pf.url = opts.resolve_url(commit, pf.path)
 
-    # 3. disk preflight (before any byte moves) ---------------------------------
+    # 3. disk preflight (before any byte moves): only the new bytes, beside the kept snapshots ------
     disk = disk_check(opts, plan, commit)
 
-    if not plan.to_fetch:
+    if not plan.to_fetch and not plan.to_link:
         return _finish_noop(opts, plan, manifest, started, network_calls, warnings, "hub", disk=disk)
 
     # 4. access before bytes (a gated repo lists its tree anonymously); a handed listing
     # comes from the controller, which proved access once for the whole fleet --------
-    if opts.listing is None:
+    if opts.listing is None and plan.to_fetch:
         network_calls += 1
         hub.auth_check()
 
@@ -1190,6 +1258,9 @@ def _run_locked(opts, clock, started):
             bytes_to_download=plan.bytes_to_fetch,
             files_to_download=len(plan.to_fetch),
             would_download=[pf.as_dict() for pf in plan.to_fetch],
+            bytes_to_link=plan.bytes_to_link,
+            files_to_link=len(plan.to_link),
+            would_link=[dict(pf.as_dict(), source=pf.link_from[0].path) for pf in plan.to_link][:200],
             disk=disk,
             warnings=warnings,
         )
@@ -1205,6 +1276,8 @@ def _run_locked(opts, clock, started):
     headers = hub.headers()
     allowed = set(HUB_ORIGINS) | {origin_of(opts.endpoint)}
     removed = clean_temp(opts, set(engine_mod.part_key(pf.path, pf.oid) for pf in plan.to_fetch))
+    bytes_linked = link_reused(opts, plan, manifest, commit, warnings)
+    files_linked = len(plan.to_link)  # what could not be linked went back to fetch
     manifest.save(fsync=opts.fsync)
     progress = ProgressWriter(opts, plan, clock())
     progress.write("running")
@@ -1225,6 +1298,7 @@ def _run_locked(opts, clock, started):
         direct_io=opts.direct_io,
         on_progress=lambda e: progress.write("running", e.stats),
         progress_interval=opts.progress_interval,
+        read_only=is_snapshot(opts.local_dir),
     )
     fetch_started = clock()
     try:
@@ -1239,6 +1313,7 @@ def _run_locked(opts, clock, started):
         raise
     fetch_seconds = max(clock() - fetch_started, 1e-6)
     t_fetched = clock()
+    mark_complete(opts, manifest, commit, warnings)
     engine_mod.remove_tmp_dir(opts.local_dir)
     progress.write("done", stats)
     if eng.warnings:
@@ -1254,6 +1329,8 @@ def _run_locked(opts, clock, started):
         bytes_resumed=plan.bytes_partial,
         files_downloaded=len(stats.downloaded),
         downloaded=sorted(stats.downloaded)[:200],
+        files_linked=files_linked,
+        bytes_linked=bytes_linked,
         mean_rate=round(stats.bytes_fetched / fetch_seconds, 1),
         retries=stats.retries,
         retry_causes=dict(stats.retry_causes),
@@ -1278,19 +1355,46 @@ def _run_locked(opts, clock, started):
     return res
 
 
+def is_snapshot(local_dir):
+    return hf_manifest.snapshot_commit(local_dir) is not None
+
+
+def link_reused(opts, plan, manifest, commit, warnings):
+    """Hard-link the files planned "link" from kept snapshots (hf_transfer_reuse); bytes linked."""
+    if not plan.to_link:
+        return 0
+    from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer_reuse as reuse
+
+    return reuse.link_planned(opts.local_dir, plan, manifest, commit, lambda path: DirLock(path, 0).acquire(), warnings)
+
+
+def mark_complete(opts, manifest, commit, warnings):
+    """A snapshot whose every selected file is verified is marked complete (its commit) in its manifest."""
+    if not is_snapshot(opts.local_dir):
+        return
+    manifest.mark_complete(commit)
+    if manifest.dirty:
+        try:
+            manifest.save(fsync=opts.fsync)
+        except OSError as exc:
+            warnings.append("could not mark %s complete: %s" % (opts.local_dir, exc))
+
+
 def disk_check(opts, plan, commit):
     """Free space for what ``plan`` still has to write (partial files counted), before any byte moves:
     the filesystem's ``as_dict()``, or DownloadError ``disk_full``.  Also used by the site fan-out."""
+    reused = plan.bytes_to_link
     try:
         checks = disk_preflight.check_requirements(
-            [("%s@%s" % (opts.repo_id, commit[:12]), opts.local_dir, plan.disk_needed)], opts.min_free_bytes
+            [("%s@%s" % (opts.repo_id, commit[:12]), opts.local_dir, plan.disk_needed, reused)], opts.min_free_bytes
         )
     except disk_preflight.DiskSpaceError as exc:
         raise DownloadError(
-            "not enough disk space for %s: %s" % (opts.repo_id, exc),
+            "not enough disk space to stage %s@%s beside the kept snapshots: %s" % (opts.repo_id, commit[:12], exc),
             code="disk_full",
             fix="free space on that filesystem, pick a larger local_dir, or lower min_free_bytes",
-            details={"disk": [c.as_dict() for c in exc.checks], "bytes_to_download": plan.bytes_to_fetch},
+            details={"disk": [c.as_dict() for c in exc.checks], "bytes_to_download": plan.bytes_to_fetch,
+                     "bytes_reused": reused},
         )
     return checks[0].as_dict()
 
@@ -1335,6 +1439,8 @@ def fetch_error(opts, exc, stats):
 
 
 def _finish_noop(opts, plan, manifest, started, network_calls, warnings, planning, disk=None):
+    if not opts.check_mode and is_snapshot(opts.local_dir):
+        manifest.mark_complete(plan.commit)
     if manifest.dirty and not opts.check_mode:  # the caller holds the local_dir lock
         try:
             manifest.save(fsync=opts.fsync)
@@ -1344,5 +1450,6 @@ def _finish_noop(opts, plan, manifest, started, network_calls, warnings, plannin
     if disk is not None:
         res["disk"] = disk
     if opts.check_mode:
-        res.update(bytes_to_download=0, files_to_download=0, would_download=[])
+        res.update(bytes_to_download=0, files_to_download=0, would_download=[], bytes_to_link=0, files_to_link=0,
+                   would_link=[])
     return res

@@ -299,6 +299,7 @@ class Engine(object):
         sleep=time.sleep,
         resolve_limit=RESOLVE_LIMIT,
         rate_limit_max_wait=RATE_LIMIT_MAX_WAIT,
+        read_only=False,
     ):
         self.local_dir = local_dir
         self.headers = headers
@@ -320,6 +321,7 @@ class Engine(object):
         self.sleep = sleep
         self.resolve_limit = int(resolve_limit)
         self.rate_limit_max_wait = float(rate_limit_max_wait)
+        self.read_only = read_only  # a snapshot's files are 0444 once verified (before the stat is recorded)
         self.warnings = []
 
         self.lock = threading.Condition()
@@ -782,10 +784,12 @@ class Engine(object):
         if self.fsync:
             os.fsync(job.fd)
         sample = hf_manifest.sample_digest(job.fd, job.size)
+        if self.read_only:
+            os.fchmod(job.fd, 0o444)
         self._close_fds(job)
         st = self._rename_into_place(job)
         with self.lock:
-            self.manifest.record(job.path, st, sha256, job.oid, self.commit, sample)
+            self.manifest.record(job.path, st, sha256, job.oid, self.commit, sample, hashed=job.hashing)
             job.done = True
             self._open_jobs -= 1
             self.stats.files_done += 1

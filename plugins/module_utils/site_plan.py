@@ -21,6 +21,7 @@ metadata, and nothing in YAML decides again.  One function per question:
 from __future__ import annotations
 
 import json
+import re
 
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import fingerprint
 
@@ -32,7 +33,7 @@ VAULT_FIX = "create and encrypt the vault (README: Vault)"
 NOT_NEEDED = "not needed: nothing to fetch"
 
 
-STAGES = ["site", "token", "fetch", "hub", "host_plan", "report", "jobs", "outcome", "fanout_result"]
+STAGES = ["site", "token", "fetch", "hub", "host_plan", "staged", "report", "jobs", "outcome", "fanout_result"]
 
 # the options of the ct200.deploy.site_plan action (its module stub declares exactly these)
 ARGUMENT_SPEC = dict(
@@ -65,6 +66,7 @@ ARGUMENT_SPEC = dict(
     started=dict(type="list", elements="dict"),
     finished=dict(type="list", elements="dict"),
     port=dict(type="int", default=8790),
+    dirs=dict(type="dict"),
 )
 
 
@@ -176,6 +178,12 @@ def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, mod
     order) and the trees to list for it (at the resolved commits); whether access must be proven
     (something to fetch, or a host without the inventory token)."""
     per_host, lacking = {}, set()
+    commits = commits or {}
+
+    def complete_dir(repo_id):  # a complete repository is read from its snapshot of the resolved commit
+        root = "%s/%s" % (models_dir, repo_id)
+        return "%s/snapshots/%s" % (root, commits[repo_id]) if commits.get(repo_id) else root
+
     for host in hosts:
         done = complete_repos(probes.get(host))
         incomplete = [r for r in repo_ids if r not in done]
@@ -184,10 +192,9 @@ def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, mod
         per_host[host] = {
             "incomplete": incomplete,
             "token_in_place": held is not None and held == expected_fingerprint,
-            "config_dirs": dict((r, "%s/%s" % (config_dir if r in incomplete else models_dir, r)) for r in repo_ids)}
+            "config_dirs": dict((r, "%s/%s" % (config_dir, r) if r in incomplete else complete_dir(r)) for r in repo_ids)}
     fetch = [r for r in repo_ids if r in lacking]
     in_place = all(h["token_in_place"] for h in per_host.values())
-    commits = commits or {}
     return {"hosts": per_host, "fetch": fetch, "prove_access": bool(fetch) or not in_place,
             "list_repos": [{"repo_id": r, "revision": commits[r]} for r in fetch if r in commits]}
 
@@ -242,10 +249,12 @@ def host_plan(plan):
             continue
         item = r.get("item") or {}
         label = " ".join(str(x) for x in (item.get("name"), item.get("repo_id")) if x)
-        requirements.append({"label": label, "path": item.get("local_dir"), "bytes": int(r["disk"].get("needed_bytes") or 0)})
+        requirements.append({"label": label, "path": item.get("local_dir"), "bytes": int(r["disk"].get("needed_bytes") or 0),
+                             "reused_bytes": int(r["disk"].get("reused_bytes") or 0)})
     planned = [r for r in results if r.get("commit")]
     return {"requirements": requirements, "planned": [(r.get("item") or {}).get("repo_id") for r in planned],
-            "to_download": [(r.get("item") or {}).get("name") for r in planned if int(r.get("files_to_download") or 0) > 0],
+            "to_download": [(r.get("item") or {}).get("name") for r in planned
+                            if int(r.get("files_to_download") or 0) + int(r.get("files_to_link") or 0) > 0],
             "lines": [_plan_line(r) for r in planned]}
 
 
@@ -520,8 +529,32 @@ def started_per_repo(registered):
     return merged
 
 
-def wait_jobs(host, layout, started):
-    """The async jobs a host started (registered loop results, item = the repository), for hf_download_wait."""
+def snapshot_path(root, commit):
+    """``<root>/snapshots/<commit>``: where one commit of a repository lives (hf_manifest.snapshot_dir)."""
+    if not isinstance(commit, str) or not re.match(r"^[0-9a-f]{40}\Z", commit):
+        raise PlanError("the commit of %s is unknown or not a 40-hex commit (%r): its snapshot directory cannot be "
+                        "chosen; check the plan's hf_download result (revision, access) and re-run" % (root, commit))
+    return "%s/snapshots/%s" % (str(root).rstrip("/"), commit)
+
+
+def staged_repos(repos, plans, listings):
+    """The repositories as staged: ``local_dir`` their snapshot of the commit this run deploys (``root_dir`` the
+    repository's root); ``dirs`` name -> snapshot (model_weights_dirs); ``models`` what weight_peer serves."""
+    commits = commits_of(repos, plans, listings)
+    staged, dirs = [], {}
+    for repo in repos:
+        root = repo.get("local_dir")
+        snap = snapshot_path(root, commits.get(repo.get("name")))
+        staged.append(dict(repo, local_dir=snap, root_dir=root))
+        dirs[repo.get("name")] = snap
+    return {"repos": staged, "dirs": dirs, "commits": commits,
+            "models": [{"name": r.get("name"), "path": r["local_dir"]} for r in staged]}
+
+
+def wait_jobs(host, layout, started, dirs=None):
+    """The async jobs a host started (registered loop results, item = the repository), for hf_download_wait;
+    ``dirs`` (name -> directory) where a job writes its progress when that is not the item's local_dir."""
+    dirs = dirs or {}
     jobs = []
     for r in started_per_repo(started):
         if not isinstance(r, dict) or not r.get("ansible_job_id"):
@@ -529,7 +562,7 @@ def wait_jobs(host, layout, started):
         repo = r.get("item") or {}
         repo = repo.get("item", repo) if isinstance(repo.get("item"), dict) else repo  # a loop over listing results
         jobs.append({"jid": r["ansible_job_id"], "label": job_label(host, layout, repo),
-                     "progress_file": "%s/.ct200/progress.json" % repo.get("local_dir")})
+                     "progress_file": "%s/.ct200/progress.json" % (dirs.get(repo.get("name")) or repo.get("local_dir"))})
     return jobs
 
 

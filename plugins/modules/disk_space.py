@@ -37,6 +37,12 @@ options:
       label:
         description: Name used in the message (for example the repository id). Defaults to O(requirements[].path).
         type: str
+      reused_bytes:
+        description:
+          - Bytes hard-linked from kept snapshots (unchanged files of a new commit). They take no new space, are not
+            counted, and are named in the message so an operator sees why a staging needs only its new bytes.
+        type: int
+        default: 0
   min_free_bytes:
     description: Headroom that must stay free on each filesystem. Bytes, or a string such as C(10GB) or C(10GiB).
     type: raw
@@ -115,6 +121,7 @@ def main():
                     path=dict(type="path", required=True),
                     bytes=dict(type="raw", required=True),
                     label=dict(type="str"),
+                    reused_bytes=dict(type="int", default=0),
                 ),
             ),
             min_free_bytes=dict(type="raw", default="10GB"),
@@ -137,26 +144,27 @@ def main():
                 needed = disk_preflight.parse_size(raw)
             except ValueError as exc:
                 module.fail_json(msg="bytes of %s: %s" % (label, exc))
-        reqs.append((label, item["path"], needed))
+        reqs.append((label, item["path"], needed, max(0, item["reused_bytes"] or 0)))
     try:
         checks = disk_preflight.check_requirements(reqs, headroom)
     except disk_preflight.DiskSpaceError as exc:
         module.fail_json(
             msg=str(exc),
             filesystems=[c.as_dict() for c in exc.checks],
-            needed_bytes=sum(n for _l, _p, n in reqs if isinstance(n, int)),
+            needed_bytes=sum(r[2] for r in reqs if isinstance(r[2], int)),
         )
     module.exit_json(
         changed=False,
         filesystems=[c.as_dict() for c in checks],
-        needed_bytes=sum(n for _l, _p, n in reqs),
+        needed_bytes=sum(r[2] for r in reqs),
         msg="; ".join(
-            "%s fits on %s (%s free, headroom %s)"
+            "%s fits on %s (%s free, headroom %s)%s"
             % (
                 disk_preflight.format_bytes(c.needed_bytes),
                 c.fs.mountpoint,
                 disk_preflight.format_bytes(c.fs.free_bytes),
                 disk_preflight.format_headroom(c.headroom_bytes),
+                ("; %s hard-linked from kept snapshots" % disk_preflight.format_bytes(c.reused_bytes)) if c.reused_bytes else "",
             )
             for c in checks
         ),

@@ -173,6 +173,27 @@ options:
       - Unused when the manifest already vouches for every selected file at that commit.
     type: list
     elements: dict
+  layout:
+    description:
+      - C(flat) writes the files into O(local_dir) itself.
+      - C(snapshots) takes O(local_dir) as the repository's root and writes the commit O(revision) resolves to into
+        C(<local_dir>/snapshots/<commit>/) (a branch or tag is resolved first); RV(local_dir) is that directory.
+        Each commit gets its own directory beside the kept ones, so a new commit is staged while the old one serves.
+      - Whatever the layout, a O(local_dir) named C(.../snapshots/<commit40>) is a snapshot, once complete never
+        written with another commit's files (C(snapshot_mismatch)); its verified files are made read-only (0444),
+        and every file whose oid is unchanged versus a sibling snapshot is hard-linked from it instead of downloaded.
+    type: str
+    choices: [flat, snapshots]
+    default: flat
+  reuse_dirs:
+    description:
+      - More kept directories of the same repository (besides the sibling snapshots, found automatically) whose
+        verified files are hard-linked instead of downloaded when their oid is unchanged.
+      - A file is reused only if that directory's own manifest vouches for it as hashed against the oid after its last
+        change and its stat (inode, size, mtime, ctime) is still the recorded one, checked again right before the link
+        under that directory's lock. A symlink is never followed; a busy or changed source is fetched from instead.
+    type: list
+    elements: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -239,9 +260,26 @@ revision:
   returned: always
   type: str
 local_dir:
-  description: Absolute path of the download directory.
+  description: Absolute path of the download directory (with O(layout=snapshots), the commit's snapshot directory).
   returned: always
   type: str
+root_dir:
+  description: The repository's root when RV(local_dir) is a snapshot (C(<root>/snapshots/<commit>)), else null.
+  returned: always
+  type: str
+files_linked:
+  description: Files hard-linked from kept snapshots (unchanged oid) instead of downloaded.
+  returned: when files were downloaded or linked
+  type: int
+bytes_linked:
+  description: Bytes of RV(files_linked); none of them came from the Hub or took new disk space.
+  returned: when files were downloaded or linked
+  type: int
+would_link:
+  description: In check mode, the files that would be hard-linked from a kept snapshot (C(source) names it).
+  returned: check mode
+  type: list
+  elements: dict
 files:
   description: Number of files selected by the patterns at that commit.
   returned: always

@@ -35,7 +35,7 @@ options:
     description: Which decision to make (see the description).
     type: str
     required: true
-    choices: [site, token, fetch, hub, host_plan, report, jobs, outcome, fanout_result]
+    choices: [site, token, fetch, hub, host_plan, staged, report, jobs, outcome, fanout_result]
   token:
     description: O(stage=token). The inventory's Hub token; only its fingerprint is returned. Never logged.
     type: str
@@ -49,7 +49,8 @@ options:
   repos:
     description:
       - O(stage=fetch), O(stage=hub). Repository ids, in the deployment's order.
-      - O(stage=site), O(stage=fanout_result). Repositories as C({name, repo_id, local_dir}).
+      - O(stage=site), O(stage=fanout_result), O(stage=staged). Repositories as C({name, repo_id, local_dir}) (local_dir
+        the repository's root).
     type: list
     elements: raw
   hosts:
@@ -127,11 +128,11 @@ options:
       - O(stage=jobs), O(stage=fanout_result). The layout of this run.
     type: dict
   plans:
-    description: O(stage=outcome). This host's plan results (C(hf_download) check mode), in repository order.
+    description: O(stage=outcome), O(stage=staged). This host's plan results (C(hf_download) check mode), in repository order.
     type: list
     elements: dict
   listings:
-    description: O(stage=outcome). The seed's listing results (C(hf_fanout_fetch mode=list)), in repository order.
+    description: O(stage=outcome), O(stage=staged). The seed's listing results (C(hf_fanout_fetch mode=list)), in repository order.
     type: list
     elements: dict
   started:
@@ -146,6 +147,9 @@ options:
     description: O(stage=site). The weight server port of a host whose O(host_vars) C(port) variable is unset.
     type: int
     default: 8790
+  dirs:
+    description: O(stage=jobs). Repository name -> the directory its job writes (its snapshot), for the progress file.
+    type: dict
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
@@ -209,8 +213,8 @@ list_repos:
   type: list
   elements: dict
 commits:
-  description: O(stage=hub), O(stage=report) repository id -> commit; O(stage=outcome) repository name -> commit.
-  returned: stage=hub or stage=report or stage=outcome
+  description: O(stage=hub), O(stage=report) repository id -> commit; O(stage=outcome), O(stage=staged) repository name -> commit.
+  returned: stage=hub or stage=report or stage=outcome or stage=staged
   type: dict
 listings:
   description: O(stage=hub). Repository id -> tree of the commit.
@@ -285,10 +289,19 @@ addresses:
   returned: stage=site
   type: dict
 models:
-  description: O(stage=site). C({name, path}) of the directories a weight server serves.
-  returned: stage=site
+  description: O(stage=site), O(stage=staged). C({name, path}) of the directories a weight server serves (staged, the snapshots).
+  returned: stage=site or stage=staged
   type: list
   elements: dict
+repos:
+  description: O(stage=staged). The repositories with C(local_dir) their snapshot of this run's commit, C(root_dir) the root.
+  returned: stage=staged
+  type: list
+  elements: dict
+dirs:
+  description: O(stage=staged). Repository name -> its snapshot directory C(<root>/snapshots/<commit>) (model_weights_dirs).
+  returned: stage=staged
+  type: dict
 to_download:
   description: O(stage=host_plan). Names of the repositories with files to download.
   returned: stage=host_plan

@@ -29,7 +29,7 @@ class _Manifest(object):
         self.data = {}
         self.recorded = []
 
-    def record(self, path, *_args):
+    def record(self, path, *_args, **_kw):
         self.recorded.append(path)
 
 

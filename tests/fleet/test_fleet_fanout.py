@@ -58,8 +58,9 @@ def site(ssh_fleet, tmp_path_factory):
 
 
 def host_digests(fleet, host) -> dict[str, str]:
-    """sha256 of every regular file under the repository's directory on HOST (state directory aside)."""
-    res = fleet.exec(host, f"cd {LOCAL_DIR} && find . -path ./.ct200 -prune -o -type f -print0 | xargs -0r sha256sum")
+    """sha256 of every regular file of the repository's snapshot on HOST (<root>/snapshots/<commit>, one commit
+    here; its state directory aside)."""
+    res = fleet.exec(host, f"cd {LOCAL_DIR}/snapshots/*/ && find . -path ./.ct200 -prune -o -type f -print0 | xargs -0r sha256sum")
     assert res.returncode == 0, res.stderr
     return dict((line.split(None, 1)[1].strip()[2:], line.split()[0]) for line in res.stdout.splitlines())
 

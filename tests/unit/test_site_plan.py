@@ -152,7 +152,8 @@ def test_fetch_list_in_repo_order_and_access_only_when_needed():
                         "sha256:x", "/models", "/cache", {"o/t": "c" * 40, "o/d": "d" * 40})
     assert got["fetch"] == ["o/d"] and got["prove_access"] is True
     assert got["list_repos"] == [{"repo_id": "o/d", "revision": "d" * 40}]
-    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/models/o/t", "o/d": "/cache/o/d"}
+    # a complete repository is read from its snapshot of the resolved commit, a lacking one from the config cache
+    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/models/o/t/snapshots/" + "c" * 40, "o/d": "/cache/o/d"}
     done = sp.fetch_plan(["o/t", "o/d"], ["h2"], {"h2": probe("o/t", "o/d")}, tokens, "sha256:x", "/m", "/c")
     assert (done["fetch"], done["prove_access"]) == ([], False)
     other_token = sp.fetch_plan(["o/t"], ["h2"], {"h2": probe("o/t", "o/d")}, {"h2": {"fingerprint": "sha256:y"}},
@@ -177,7 +178,7 @@ def test_host_plan_needs_per_planned_repository():
     results = plan(target=5)["results"] + [{"skipped": True, "item": {"repo_id": "o/d"}}]
     results[0].update(files=3, files_to_download=1, bytes_total=7 * GB)
     got = sp.host_plan({"results": results})
-    assert got["requirements"] == [{"label": "target o/t", "path": "/m/o/t", "bytes": 5}]
+    assert got["requirements"] == [{"label": "target o/t", "path": "/m/o/t", "bytes": 5, "reused_bytes": 0}]
     assert (got["planned"], got["to_download"]) == (["o/t"], ["target"])
     assert got["lines"] == ["target o/t@cccccccccccc: 1 of 3 files, 0.0 of 7.0 GB to fetch"]
 
@@ -269,3 +270,20 @@ def test_fanout_result_seed_counts_hub_bytes_and_a_failed_job_is_not_verified():
                                                   {"finished": 1, "failed": True, "msg": "no source"}])
     assert (peer["role"], peer["verified"]) == ("peer", False)
     assert peer["repos"][0]["fallbacks"] == 1 and peer["repos"][1]["msg"] == "no source"
+
+
+def test_staged_repos_point_every_later_step_at_the_commits_snapshot():
+    repos = [{"name": "target", "repo_id": "o/t", "local_dir": "/models/o/t/"},
+             {"name": "drafter", "repo_id": "o/d", "local_dir": "/models/o/d"}]
+    plans = [{"commit": "a" * 40, "item": repos[0]}, {"skipped": True}]
+    listings = [{"commit": "b" * 40}, {"commit": "c" * 40}]
+    got = sp.staged_repos(repos, plans, listings)
+    assert got["dirs"] == {"target": "/models/o/t/snapshots/" + "a" * 40, "drafter": "/models/o/d/snapshots/" + "c" * 40}
+    assert [r["root_dir"] for r in got["repos"]] == ["/models/o/t/", "/models/o/d"]
+    assert got["models"] == [{"name": "target", "path": got["dirs"]["target"]},
+                             {"name": "drafter", "path": got["dirs"]["drafter"]}]
+    with pytest.raises(sp.PlanError, match="commit of /models/o/d is unknown"):
+        sp.staged_repos(repos, plans, [{}, {"commit": "not-a-commit"}])
+    started = [{"results": [{"ansible_job_id": "j1", "item": {"item": repos[1]}}]}]
+    jobs = sp.wait_jobs("h1", {"fanout": True, "seed": "h0"}, started, got["dirs"])
+    assert jobs[0]["progress_file"] == got["dirs"]["drafter"] + "/.ct200/progress.json"
