@@ -19,6 +19,7 @@ file), as in the field: no test switch in the product.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -39,6 +40,7 @@ DRAFTER = "z-lab/Kimi-K2.6-DFlash"
 RELEASES = "/var/lib/ct200/releases"
 UNIT = "sglang@kimi.service"
 UNIT_PATH = "/etc/systemd/system/" + UNIT
+PROFILE = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"}
 RECAP = re.compile(r"^(\S+)\s+: ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -53,7 +55,13 @@ class Served:
 
     def run_playbook(self, path, extra=None, limit=None, timeout=900):
         args = ("-e", json.dumps(extra)) if extra else ()
-        return self.fleet.run_playbook(path, limit=limit, args=args, timeout=timeout)
+        run = self.fleet.run_playbook(path, limit=limit, args=args, timeout=timeout, env=PROFILE)
+        logs = os.environ.get("CT200_ROLLOUT_LOGS")  # where to keep each run's output (per-task times)
+        if logs:
+            os.makedirs(logs, exist_ok=True)
+            with open(os.path.join(logs, "%d-%s.log" % (time.time(), Path(path).stem)), "w") as handle:
+                handle.write(run.out)
+        return run
 
     def popen_playbook(self, path, extra=None):
         args = ("-e", "@%s" % self.fleet.extra_vars_file) + (("-e", json.dumps(extra)) if extra else ())
