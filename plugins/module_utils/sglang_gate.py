@@ -272,7 +272,9 @@ def switch_failure(task_name: str, msg: str) -> Dict[str, Any]:
     elif "serves what was rendered" in text:
         gate, measured = "server_info", "mismatch"
     elif "drafter accepts" in text or "the answer is not empty" in text:
-        gate, measured = "acceptance", "below the role's min_accept_length"
+        found = re.search(r"accepts ([0-9]+(?:\.[0-9]+)?) tokens", text)
+        gate = "acceptance" if found or "drafter accepts" in text else "smoke"
+        measured = float(found.group(1)) if found else "below the role's min_accept_length"
     elif "start " in text:
         gate, measured = "health_generate", "the unit did not start"
     else:

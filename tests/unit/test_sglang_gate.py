@@ -88,3 +88,7 @@ def test_the_rollouts_message_names_host_gate_value_cause_fix_and_where_the_host
                                "sglang@kimi.service failed in 'Run | wait until healthy | kimi': ...", "r0123456789ab")
     assert switched.startswith("fleet-4: gate health_generate failed") and "journal" in switched
     assert "could not be moved back" in rollout_failure(result, "fleet-1")
+    role = rollout_failure(None, "fleet-2", "Run | did not come up | kimi",
+                           "sglang@kimi.service failed in 'Run | the answer is not empty and the drafter accepts tokens | "
+                           "kimi': sglang@kimi.service: the drafter accepts 1.00 tokens per verify step on average", "r1")
+    assert role.startswith("fleet-2: gate acceptance failed, measured 1.0.")
