@@ -4,6 +4,8 @@
     ct200 status        -i INVENTORY [--limit L] [--forks N] [--json FILE]
     ct200 preflight     -i INVENTORY ... [--deep]
     ct200 deploy        -i INVENTORY ... [--check] [--tags T] [--force-token]
+    ct200 rollout       -i INVENTORY ... [--batches 1,25%]
+    ct200 rollback      -i INVENTORY ... [--limit HOSTS] [--batches 1,25%]
     ct200 drift         -i INVENTORY ... [--token-file FILE]
     ct200 rotate-token  -i INVENTORY (--token-file FILE | --token-stdin) [--batches 1,25%]
                         [--promote (--current-token-file FILE | --vault-file FILE)]
@@ -36,6 +38,8 @@ PACKAGE_PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pl
 PLAYBOOKS = {
     "preflight": COLLECTION.playbook("preflight.yml"),
     "deploy": COLLECTION.playbook("deploy_kimi.yml"),
+    "rollout": COLLECTION.playbook("rollout.yml"),
+    "rollback": COLLECTION.playbook("rollback.yml"),
     "rotate-token": COLLECTION.playbook("rotate_hf_token.yml"),
     "drift": COLLECTION.playbook("token_drift.yml"),
     "status": os.path.join(PACKAGE_PLAYBOOKS, "status.yml"),
@@ -127,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     helps = {
         "preflight": "check every host before a deployment (playbooks/preflight.yml)",
         "deploy": "deploy Kimi-K2.6 with the DFlash drafter (deploy_kimi.yml)",
+        "rollout": "stage the inventory's release beside the serving one, then switch a canary and batches behind "
+                   "gates; a failed gate moves that host back and stops (rollout.yml)",
+        "rollback": "return hosts (--limit) to their previous release, in batches (rollback.yml)",
         "rotate-token": "roll a new Hugging Face token out, canary first, then batches (rotate_hf_token.yml)",
         "drift": "list hosts off the expected token (the inventory's, or --token-file's); changes nothing",
         "status": "read-only: per instance health, release, acceptance length, tok/s, queue, KV use, token, router",
@@ -145,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--tags", help="only these phases (ansible --tags), e.g. hf_token,model_weights")
             cmd.add_argument("--force-token", action="store_true",
                              help="overwrite a host's different valid token with the inventory's (hf_token_force)")
+        if name in ("rollout", "rollback"):
+            cmd.add_argument("--batches", type=_batches, metavar="LIST",
+                             help="batch sizes, e.g. 1,25%% (ct200_rollout_serial; default the inventory's, else "
+                                  "1,25%%: a canary, then quarters)")
         if name == "drift":
             _add_token_source(cmd, required=False, what="the token to expect (default: the inventory's current)")
         if name == "rotate-token":
@@ -235,7 +246,7 @@ class Session:
             extravars[REPORT_VARS[command]] = report_path
         if self.token_path and command in TOKEN_FILE_VAR:
             extravars[TOKEN_FILE_VAR[command]] = self.token_path
-        if command == "deploy":
+        if command in ("deploy", "rollout"):
             # its first play is the preflight, whose report otherwise lands in $PWD/ct200-preflight.json
             extravars.setdefault("ct200_preflight_json", self.pdd.report_path("preflight"))
         cmdline = (["--check", "--diff"] if check else []) + (
@@ -275,7 +286,7 @@ def main_extravars(args) -> dict:
     if getattr(args, "force_token", False):
         extravars["hf_token_force"] = True
     if getattr(args, "batches", None):
-        extravars["rotate_serial"] = args.batches
+        extravars["ct200_rollout_serial" if args.command in ("rollout", "rollback") else "rotate_serial"] = args.batches
     if getattr(args, "deep", False):
         extravars["ct200_preflight_deep"] = True
     if args.command == "status":

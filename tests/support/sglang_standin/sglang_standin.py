@@ -33,9 +33,26 @@ authenticated caller: never print that answer unfiltered.
 
 Drafter: for a speculative instance ``internal_states[0].avg_spec_accept_length``
 (SGLang 0.5.23 ``scheduler_components/internal_state.py``) is absent until the first
-completion ("verify step"), then reports CT200_STANDIN_ACCEPT_LENGTH (default 3.5; plant
-1.0 to test a drafter that accepts nothing); ``/generate`` reports the same
+completion ("verify step"), then reports the behaviour's accept_length (below; plant 1.0
+to test a drafter that accepts nothing); ``/generate`` reports the same
 ``meta_info.spec_accept_length`` and ``spec_verify_ct``.
+
+Behaviour from the model (``load_behaviour``): a ``standin.json`` in the drafter's directory
+(``--speculative-draft-model-path``; for a non-speculative instance the model's directory,
+``--model-path``), read once at start, so a bad release in a test is a Hub commit of the
+drafter, as in the field, with no test switch in the product::
+
+    {"accept_length": 3.5, "decode_tok_s": 40.0, "never_ready": false,
+     "fail_rate": 0.0, "crash_on_start": false}
+
+``accept_length`` is what ``avg_spec_accept_length`` reports; ``decode_tok_s``: each
+completion generates ``max_tokens`` tokens (default 16) and takes tokens / decode_tok_s
+seconds, so a client's measured throughput matches it; ``never_ready``: /health* answers
+503 forever; ``fail_rate``: that share of completions answers 500 (deterministic: the
+n-th completion fails when floor(n * rate) grows); ``crash_on_start``: exit 1 after
+parsing. ``hosts``: {hostname: {key: value}} overrides for one host (a release that fails on
+one machine only, e.g. the middle host of a rollout). A missing key takes its default; CT200_STANDIN_ACCEPT_LENGTH stays a fallback
+for accept_length when no standin.json names it.
 
 Metrics: ``GET /metrics`` is Prometheus text with SGLang 0.5.23's own metric names and label
 sets (``srt/observability/metrics_collector.py``; tests/sglang/test_standin_metrics.py compares
@@ -132,7 +149,9 @@ def behaviour_dir(argv):
     return _argv_value(argv, "--speculative-draft-model-path") or _argv_value(argv, "--model-path")
 
 
-def _read_standin_json(argv_paths):
+def _read_standin_json(argv_paths, hostname=None):
+    """(path, data) of standin.json in the drafter's directory (else the model's), with this host's own
+    ``hosts`` override applied; ({} when there is none). ``argv_paths``: the stand-in's argv, or the directory."""
     directory = argv_paths if isinstance(argv_paths, str) else behaviour_dir(list(argv_paths))
     if not directory:
         return "", {}
@@ -150,10 +169,15 @@ def _read_standin_json(argv_paths):
     data = json.loads(raw.decode("utf-8"))
     if not isinstance(data, dict):
         raise ValueError("%s is not a JSON object" % path)
+    hosts = data.get("hosts") if isinstance(data.get("hosts"), dict) else {}
+    override = hosts.get(hostname if hostname is not None else socket.gethostname())
+    if isinstance(override, dict):  # one host's own behaviour (a release that fails on one machine only)
+        data = dict(data, **override)
     return path, data
 
 
 def _numbers(path, data, defaults):
+    """DEFAULTS's keys of DATA, typed like the defaults (other keys are notes for the reader)."""
     out = dict(defaults)
     for key, value in data.items():
         if key not in defaults:
@@ -167,21 +191,29 @@ def _numbers(path, data, defaults):
     return out
 
 
-def load_behaviour(argv_paths, environ=None):
-    """The stand-in's behaviour: DEFAULTS, then CT200_STANDIN_ACCEPT_LENGTH, then standin.json of the drafter's
-    directory (else the model's). ``argv_paths``: the stand-in's argv, or the directory itself. (Minimal reader
-    of the shared design; the rollout helper's version supersedes it.)"""
+def load_behaviour(argv_paths, environ=None, hostname=None):
+    """The stand-in's behaviour: DEFAULTS, then CT200_STANDIN_ACCEPT_LENGTH, then standin.json.
+
+    ``argv_paths`` is the stand-in's argv (the drafter / model paths are read from it) or
+    directly the directory holding standin.json. A value of the wrong type is refused
+    (ValueError naming the key): a test that plants a typo must not pass silently.
+    """
     environ = os.environ if environ is None else environ
-    path, data = _read_standin_json(argv_paths)
     defaults = dict(DEFAULTS)
     if environ.get("CT200_STANDIN_ACCEPT_LENGTH"):
         defaults["accept_length"] = float(environ["CT200_STANDIN_ACCEPT_LENGTH"])
-    return _numbers(path, data, defaults)
+    path, data = _read_standin_json(argv_paths, hostname)
+    out = _numbers(path, data, defaults)
+    if not 0.0 <= out["fail_rate"] <= 1.0:
+        raise ValueError("%s: fail_rate must be between 0 and 1, not %r" % (path, out["fail_rate"]))
+    if out["decode_tok_s"] <= 0:
+        raise ValueError("%s: decode_tok_s must be above 0, not %r" % (path, out["decode_tok_s"]))
+    return out
 
 
-def load_metrics_behaviour(argv_paths):
+def load_metrics_behaviour(argv_paths, hostname=None):
     """The keys of the same standin.json that only /metrics reads (METRICS_DEFAULTS filled in)."""
-    path, data = _read_standin_json(argv_paths)
+    path, data = _read_standin_json(argv_paths, hostname)
     return _numbers(path, data, METRICS_DEFAULTS)
 
 
@@ -257,7 +289,9 @@ def render_metrics(standin):
 
 
 class StandIn(object):
-    def __init__(self, version, args, argv):
+    def __init__(self, version, args, argv, behaviour=None):
+        self.behaviour = dict(DEFAULTS, **(behaviour or {}))
+        self.completions = 0  # completions asked for, failed ones included (fail_rate)
         self.version = version
         self.args = args
         self.argv = argv
@@ -265,7 +299,6 @@ class StandIn(object):
         self.started = time.time()
         self.verify_steps = 0  # completions answered: each stands for the drafter's verify steps
         self.lock = threading.Lock()
-        self.behaviour = load_behaviour(argv)
         self.metrics_behaviour = load_metrics_behaviour(argv)  # queue_reqs, token_usage, ttft_s of standin.json
         self.metrics = {"requests": 0, "running": 0, "prompt_tokens": 0, "generation_tokens": 0, "ttft_sum": 0.0,
                         "ttft_buckets": [0] * (len(TTFT_BUCKETS) + 1)}
@@ -292,10 +325,24 @@ class StandIn(object):
         with self.lock:
             self.verify_steps += 1
 
+    def next_fails(self):
+        """Whether this completion answers 500 (fail_rate, deterministic)."""
+        rate = self.behaviour["fail_rate"]
+        with self.lock:
+            self.completions += 1
+            n = self.completions
+        return int(n * rate) > int((n - 1) * rate)
+
+    def generate(self, max_tokens):
+        """Tokens "generated" for a request, after the time decode_tok_s takes for them."""
+        tokens = max(1, min(int(max_tokens or 16), 4096))
+        time.sleep(tokens / self.behaviour["decode_tok_s"])
+        return tokens
+
     def internal_state(self):
         state = {"standin": True}
         if self.speculative and self.verify_steps:
-            state["avg_spec_accept_length"] = float(os.environ.get("CT200_STANDIN_ACCEPT_LENGTH", "3.5"))
+            state["avg_spec_accept_length"] = float(self.behaviour["accept_length"])
         return state
 
     @property
@@ -343,10 +390,14 @@ def chat_completion(standin, request):
     model = request.get("model") or standin.served_name
     if model != standin.served_name:
         return 404, {"object": "error", "message": "The model `%s` does not exist." % model, "code": 404}
+    if standin.next_fails():
+        return 500, {"object": "error", "message": "stand-in fail_rate: this completion fails", "code": 500}
     text = "[sglang-standin: no model loaded; %d message(s) received]" % len(messages)
     time.sleep(float(os.environ.get("CT200_STANDIN_COMPLETION_SECONDS", "0")))  # a request in flight, to drain
+    max_tokens = request.get("max_tokens") or request.get("max_completion_tokens")
+    tokens = standin.generate(max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None)
     standin.answered()
-    standin.observe(sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict)), len(text) // 4)
+    standin.observe(sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict)), tokens)
     mode = os.environ.get("CT200_STANDIN_ANSWER", "content")
     content, reasoning = {"reasoning": (None, text), "empty": ("", None)}.get(mode, (text, None))
     return 200, {
@@ -356,7 +407,7 @@ def chat_completion(standin, request):
                                              "tool_calls": None},
                      "logprobs": None, "finish_reason": "stop", "matched_stop": None}],
         "usage": {"prompt_tokens": sum(len(str(m.get("content", ""))) // 4 for m in messages if isinstance(m, dict)),
-                  "completion_tokens": len(text) // 4, "total_tokens": 0},
+                  "completion_tokens": tokens, "total_tokens": 0},
         "standin": True,
     }
 
@@ -378,6 +429,8 @@ def make_handler(standin):
             self.wfile.write(body)
 
         def _warm(self):
+            if standin.behaviour["never_ready"]:
+                return False
             return standin.ready_at is not None and time.time() >= standin.ready_at
 
         def _allowed(self, path):
@@ -427,9 +480,16 @@ def make_handler(standin):
                 if not self._warm():
                     return self._send(503, {"error": "warming up (stand-in)"})
                 return self._send(*chat_completion(standin, request))
+            if not self._warm():
+                return self._send(503, {"error": "warming up (stand-in)"})
+            if standin.next_fails():
+                return self._send(500, {"error": "stand-in fail_rate: this request fails"})
+            params = request.get("sampling_params") if isinstance(request.get("sampling_params"), dict) else {}
+            tokens = standin.generate(params.get("max_new_tokens") if isinstance(params.get("max_new_tokens"), int)
+                                      else None)
             standin.answered()
-            standin.observe(0, 0)
-            meta = {"standin": True, "completion_tokens": 0, "spec_verify_ct": 0}
+            standin.observe(0, tokens or 0)
+            meta = {"standin": True, "completion_tokens": tokens, "spec_verify_ct": 0}
             if standin.speculative:
                 meta.update(spec_verify_ct=1, spec_accept_length=standin.internal_state()["avg_spec_accept_length"])
             return self._send(200, {"text": "[sglang-standin: no model]", "meta_info": meta})
@@ -450,7 +510,13 @@ def main(argv=None):
     LOG.info("argv accepted by sglang %s's parser: speculative_algorithm=%s draft=%s num_draft_tokens=%s "
              "api_key=%s", version, args.get("speculative_algorithm"), args.get("speculative_draft_model_path"),
              args.get("speculative_num_draft_tokens"), "set" if args.get("api_key") else "none")
-    standin = StandIn(version, args, argv)
+    behaviour = load_behaviour(argv)
+    LOG.info("behaviour (%s in %s, else defaults): %s", BEHAVIOUR_FILE, behaviour_dir(argv),
+             json.dumps(behaviour, sort_keys=True))
+    if behaviour["crash_on_start"]:
+        LOG.error("stand-in crash_on_start: exiting 1 after parsing, as a release that cannot start does")
+        return 1
+    standin = StandIn(version, args, argv, behaviour)
     time.sleep(float(os.environ.get("CT200_STANDIN_LOAD_SECONDS", "2")))
     host = args.get("host") or "127.0.0.1"
     port = int(args.get("port") or 30000)

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Rollout benchmark (issue 13 item 7): playbooks/rollout.yml and rollback.yml on the 8-host SSH fleet.
+
+    python benchmarks/rollout/bench_rollout.py --quick --json /tmp/rollout.json
+
+One fleet (tests/support/netlab.py: 8 sandbox hosts with sshd, each in its own network namespace, the
+local Hub in one of its own), one full deploy_kimi.yml (not timed), then in ONE run:
+
+* ``rollout_1_s``: a drafter revision (a LocalHub commit) rolled out to one host (--limit);
+* ``rollout_8_s``: the next revision to all 8 hosts, batches [1, 25%] -> ``rollout_8_over_1``;
+  ``max_unavailable_observed``: the most hosts whose /health_generate did not answer 200 at one time
+  (polled every 0.5 s from the controller during that rollout; the batch is 2);
+* ``bad_release_hosts_touched``: a drafter revision whose acceptance is 1.0: hosts whose unit was
+  restarted (the canary, which the gate caught and moved back) -- goal 1;
+* ``rollback_seconds``: ``ct200 rollback`` of the whole fleet (back to the previous release);
+* ``revision_bump_hub_bytes_over_changed``: from benchmarks/rollout/revision_bump.py (the staging
+  helper's figure) when it is there, else null;
+* ``all_verified``: every host served the 8-host rollout's release with its gate figures recorded, the
+  bad release left every host on that release, and the rollback put every host on its previous one.
+
+Ratios only, nothing fails on time. ``--quick`` is this sequence once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "support"), str(REPO / "tests" / "fleet"), str(REPO / "collections")]
+
+import netlab  # noqa: E402
+from conftest import (APT_REPO, FLEET_SIZE, PREFIX, ROOTFS, SERVED_VARS, SGLANG_WHEELHOUSE, SHARED,  # noqa: E402
+                      SHARED_MOUNT, STATE, WHEELHOUSE, FleetSession, ServedFleet, start_hub_in_namespace)
+from localhub.personas import token_for  # noqa: E402
+import test_fleet_rollout as t  # noqa: E402
+
+
+def revision_bump():
+    """The staging helper's revision-bump figure (Hub bytes of a one-small-file commit / its size), if present."""
+    path = REPO / "benchmarks" / "rollout" / "revision_bump.py"
+    if not path.is_file():
+        return None, "benchmarks/rollout/revision_bump.py is not in this checkout"
+    spec = importlib.util.spec_from_file_location("revision_bump", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for name in ("measure", "run", "main_figures"):
+        if hasattr(module, name):
+            value = getattr(module, name)()
+            if isinstance(value, dict):
+                return value.get("revision_bump_hub_bytes_over_changed"), "revision_bump.%s" % name
+            return value, "revision_bump.%s" % name
+    return None, "revision_bump.py has no measure()/run()"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="the sequence once (the only mode)")
+    parser.add_argument("--json", metavar="FILE", help="write the figures as JSON")
+    args = parser.parse_args(argv)
+    out: dict = {"hosts": FLEET_SIZE, "quick": bool(args.quick)}
+    t_start = time.monotonic()
+    binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
+    binds += (f"{SGLANG_WHEELHOUSE}:/srv/sglang-wheelhouse:ro",) if SGLANG_WHEELHOUSE.is_dir() else ()
+    binds += (f"{APT_REPO}:/srv/apt-repo:ro",) if APT_REPO.is_dir() else ()
+    SHARED.mkdir(parents=True, exist_ok=True)
+    binds += (f"{SHARED}:{SHARED_MOUNT}",)
+    fleet = netlab.SshFleet(STATE, prefix=PREFIX, count=FLEET_SIZE, rootfs=ROOTFS, binds=binds,
+                            link_rate=os.environ.get("CT200_FLEET_LINK_RATE", "1gbit"),
+                            hub_rate=os.environ.get("CT200_FLEET_HUB_RATE", "400mbit"))
+    hub = None
+    verified = []
+    try:
+        fleet.up()
+        hub = start_hub_in_namespace(fleet, Path(tempfile.mkdtemp(prefix="bench-rollout-hub-")))
+        session = FleetSession(fleet, hub)
+        # served_fleet's steps (tests/fleet/conftest.py): local apt source, the shared venv once, the full deploy
+        tmp = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
+        token = tmp / "token"
+        token.write_text(token_for("granted") + "\n")
+        token.chmod(0o600)
+        extra = tmp / "served.yml"
+        extra.write_text(SERVED_VARS)
+        env = {"CT200_HF_TOKEN_FILE": str(token), "CT200_SERVED_PREFLIGHT": str(tmp / "preflight.json")}
+        t0 = time.monotonic()
+        run = session.run_playbook(REPO / "tests" / "fleet" / "served_prepare.yml", env=env)
+        assert run.rc == 0, run.out[-4000:]
+        lead = ServedFleet(session, extra, env, 0.0)
+        run = lead.deploy(limit=session.hosts[0], args=("--tags", "sglang_runtime"))
+        assert run.rc == 0, run.out[-4000:]
+        run = lead.deploy(timeout=1800)
+        assert run.rc == 0, run.out[-4000:]
+        served = t.Served(lead)
+        t.standin_bridge(served)
+        out["deploy_s"] = round(time.monotonic() - t0, 1)
+        hosts = served.hosts
+
+        # one host, then all of them
+        t.commit_drafter(served, {"decode_tok_s": 40.0}, "bench: one host")
+        t0 = time.monotonic()
+        run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra(), limit=hosts[0])
+        out["rollout_1_s"] = round(time.monotonic() - t0, 1)
+        verified.append(run.rc == 0)
+        good = t.commit_drafter(served, {"decode_tok_s": 40.0}, "bench: all hosts")
+        with t.Availability(served) as avail:
+            t0 = time.monotonic()
+            run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra())
+            out["rollout_8_s"] = round(time.monotonic() - t0, 1)
+        out["rollout_8_over_1"] = round(out["rollout_8_s"] / out["rollout_1_s"], 3)
+        out["max_unavailable_observed"] = avail.max_down
+        verified.append(run.rc == 0)
+        after = t.snapshot(served)
+        for host in hosts:
+            rec = t.record(session, host, after[host]["state"]["current"])
+            verified.append(rec["drafter"]["commit"] == good and rec["measured"]["decode_tok_s"] is not None)
+
+        # a bad release: caught at the canary
+        before = t.snapshot(served)
+        t.commit_drafter(served, {"accept_length": 1.0}, "bench: bad drafter")
+        run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra())
+        bad = t.snapshot(served)
+        out["bad_release_hosts_touched"] = sum(bad[h]["started"] != before[h]["started"] for h in hosts)
+        verified.append(run.rc != 0 and all(bad[h]["state"] == before[h]["state"] for h in hosts))
+        verified.append(all(t.health(session, h) == 200 for h in hosts))
+
+        # rollback of the fleet
+        env = fleet.env(session.env(served.env))
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "ct200_fleet", "rollback", "-i", str(REPO / "inventories" / "sandbox")],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+        out["rollback_seconds"] = round(time.monotonic() - t0, 1)
+        back = t.snapshot(served)
+        verified.append(proc.returncode == 0)
+        verified.append(all(back[h]["state"]["current"] == before[h]["state"]["previous"] for h in hosts))
+        verified.append(all(t.health(session, h) == 200 for h in hosts))
+    finally:
+        if hub is not None:
+            hub.stop()
+        fleet.down()
+    out["revision_bump_hub_bytes_over_changed"], out["revision_bump_source"] = revision_bump()
+    out["all_verified"] = bool(verified) and all(verified)
+    out["checks"] = verified
+    out["total_s"] = round(time.monotonic() - t_start, 1)
+    text = json.dumps(out, indent=2, sort_keys=True)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

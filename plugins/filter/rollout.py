@@ -1,0 +1,21 @@
+# -*- coding: utf-8 -*-
+# Copyright: ct200-deploy developers
+# SPDX-License-Identifier: Apache-2.0
+"""Filter of playbooks/rollout.yml; the decisions live in module_utils/sglang_gate.py."""
+
+from __future__ import annotations
+
+from ansible_collections.ct200.deploy.plugins.module_utils.sglang_gate import failure_message, switch_failure
+
+
+def rollout_failure(gate_result, host, failed_task=None, failed_msg=None, restored=None):
+    """The rollout's one message for a host whose switch or gate failed."""
+    verdict = gate_result if isinstance(gate_result, dict) and gate_result.get("gate") else None
+    if verdict is None:
+        verdict = switch_failure(str(failed_task or ""), str(failed_msg or ""))
+    return failure_message(str(host), verdict, restored or None)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"rollout_failure": rollout_failure}

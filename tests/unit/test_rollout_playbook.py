@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: Apache-2.0
+"""playbooks/rollout.yml and rollback.yml as written (the fleet tests prove them running), and their CLI."""
+from pathlib import Path
+
+import yaml
+
+from ct200_fleet import cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def plays(name):
+    return yaml.safe_load((REPO / "playbooks" / name).read_text())
+
+
+def tasks_of(play):
+    out = []
+    for task in play.get("tasks", []):
+        out.append(task)
+        for key in ("block", "rescue", "always"):
+            out.extend(task.get(key, []))
+    return out
+
+
+def test_stage_then_a_gated_switch_in_batches_then_gc():
+    preflight, stage, switch, gc = plays("rollout.yml")
+    assert preflight["ansible.builtin.import_playbook"] == "preflight.yml"
+    assert "serial" not in stage and switch["serial"] == "{{ ct200_rollout_serial | default([1, '25%']) }}"
+    assert switch["max_fail_percentage"] == 0
+    # nothing restarts while staging: no unit is started/restarted by a task of the stage play
+    stage_modules = {k for task in tasks_of(stage) for k in task if "." in k}
+    assert not stage_modules & {"ansible.builtin.systemd_service", "ansible.builtin.systemd", "ansible.builtin.service"}
+    block = next(task for task in switch["tasks"] if "block" in task)
+    names = [next(k for k in task if "." in k) for task in block["block"]]
+    assert names[0] == "ansible.builtin.include_role" and block["block"][0]["ansible.builtin.include_role"]["name"] \
+        == "ct200.deploy.sglang_service"  # the role's run path (instance_run.yml: drain, start, readiness)
+    assert names.index("ct200.deploy.sglang_gate") < names.index("ansible.builtin.assert") \
+        < [i for i, n in enumerate(names) if n == "ct200.deploy.sglang_release"][-1]
+    rescue = [next(k for k in task if "." in k) for task in block["rescue"]]
+    restore = block["rescue"][rescue.index("ct200.deploy.sglang_release")]["ct200.deploy.sglang_release"]
+    assert restore["state"] == "restored" and restore["to"] == "current"
+    run = block["rescue"][rescue.index("ansible.builtin.include_role")]["ansible.builtin.include_role"]
+    assert run == {"name": "ct200.deploy.sglang_service", "tasks_from": "run.yml"}
+    assert rescue[-1] == "ansible.builtin.fail"
+    assert "rollout_failure" in block["rescue"][-1]["ansible.builtin.fail"]["msg"]
+    # GC only after every host of the rollout passed
+    gc_task = gc["tasks"][0]
+    assert any("ct200_rollout_done" in cond for cond in gc_task["when"])
+    for play in plays("rollout.yml")[1:] + plays("rollback.yml"):
+        for task in tasks_of(play):
+            for key, value in task.items():
+                if key in ("ansible.builtin.systemd_service", "ansible.builtin.systemd"):
+                    assert set(value) == {"daemon_reload"}, task  # restarts only through the role's run path
+                    assert "ansible.builtin.command" not in task
+
+
+def test_rollback_restores_the_previous_release_through_the_run_path():
+    (play,) = plays("rollback.yml")
+    assert play["max_fail_percentage"] == 0 and "ct200_rollout_serial" in play["serial"]
+    mods = [next(k for k in task if "." in k) for task in play["tasks"]]
+    restore = play["tasks"][mods.index("ct200.deploy.sglang_release")]["ct200.deploy.sglang_release"]
+    assert restore["state"] == "restored" and restore["to"] == "previous"
+    assert play["tasks"][-1]["ansible.builtin.include_role"] == {"name": "ct200.deploy.sglang_service",
+                                                                 "tasks_from": "run.yml"}
+
+
+def test_the_cli_runs_them_with_the_batches_as_ct200_rollout_serial():
+    parser = cli.build_parser()
+    args = parser.parse_args(["rollout", "-i", "inv", "--batches", "1,50%"])
+    assert cli.main_extravars(args) == {"ct200_rollout_serial": [1, "50%"]}
+    assert cli.PLAYBOOKS["rollout"].endswith("playbooks/rollout.yml")
+    args = parser.parse_args(["rollback", "-i", "inv", "--limit", "fleet-3"])
+    assert args.limit == "fleet-3" and cli.main_extravars(args) == {}
+    assert cli.PLAYBOOKS["rollback"].endswith("playbooks/rollback.yml")
+    assert cli.main_extravars(parser.parse_args(["rotate-token", "-i", "inv", "--token-stdin", "--batches", "2"])) \
+        == {"rotate_serial": [2]}
