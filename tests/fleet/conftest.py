@@ -176,6 +176,10 @@ ct200_preflight_json: "{{{{ lookup('ansible.builtin.env', 'CT200_SERVED_PREFLIGH
 def served_fleet(ssh_fleet, tmp_path_factory):
     """Every fleet host serving after one full deploy_kimi.yml (the first host installs the shared
     venv through the role first, so that eight hosts do not install into it at once)."""
+    if os.environ.get("CT200_FLEET_SCENARIOS") != "1":
+        # One full deploy of 8 hosts is ~500 s here and the rollout and router scenarios on it ~20-40 min more:
+        # together they would take the suite past CI's limit. They run on demand and in the benchmarks.
+        pytest.skip("served-fleet scenarios (full 8-host deploy, rollouts, router) run with CT200_FLEET_SCENARIOS=1")
     import time
 
     from localhub import token_for
