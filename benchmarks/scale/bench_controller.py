@@ -279,9 +279,24 @@ def summarize(results: dict) -> None:
             "cpu_bound_s": round(1000 * c_ctrl / ESTIMATE_CORES, 1), "wave_bound_s": round(waves * ESTIMATE_T_TASK, 1)}
 
 
+def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list) -> None:
+    """The first deploy on all hosts (not timed): token, weights, the preflight's state."""
+    hosts.up()
+    print("setup: first deploy on all %d hosts (not timed)" % hosts.count, flush=True)
+    setup = playbook(hosts, hosts.inventory(hosts.count), "-e", "fanout_enabled=false",
+                     "-e", "ct200_preflight_json=%s" % (root / "setup-preflight.json"), *forks)
+    results["setup_deploy"] = {k: v for k, v in setup.items() if k not in ("tail", "recap")}
+    print("setup deploy x%d: %.1f s wall, %.1f s CPU, rc=%d" % (hosts.count, setup["wall_s"], setup["cpu_s"], setup["rc"]),
+          flush=True)
+    if setup["rc"] != 0:
+        print(setup["tail"])
+        raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")
+    hosts.module_cpu()  # drop the setup's
+
+
 def run(args) -> dict:
     sizes = tuple(sorted(args.sizes)) if args.sizes else QUICK_SIZES if args.quick else SIZES
-    root = Path(tempfile.mkdtemp(prefix="ct200-bench-scale-"))
+    root = Path(args.reuse) if args.reuse else Path(tempfile.mkdtemp(prefix="ct200-bench-scale-"))
     hosts = Hosts(root, max(sizes))
     results: dict = {"label": args.label, "quick": args.quick, "sizes": list(sizes), "forks": args.forks,
                      "hosts": "ansible_connection=local, per-host paths under one tmp root", "tags": DEPLOY_TAGS,
@@ -293,17 +308,14 @@ def run(args) -> dict:
     forks = ["--forks", str(args.forks)]
     failed = None
     try:
-        hosts.up()
-        print("setup: first deploy on all %d hosts (not timed)" % hosts.count, flush=True)
-        setup = playbook(hosts, hosts.inventory(hosts.count), "-e", "fanout_enabled=false",
-                         "-e", "ct200_preflight_json=%s" % (root / "setup-preflight.json"), *forks)
-        results["setup_deploy"] = {k: v for k, v in setup.items() if k not in ("tail", "recap")}
-        print("setup deploy x%d: %.1f s wall, %.1f s CPU, rc=%d" % (hosts.count, setup["wall_s"], setup["cpu_s"], setup["rc"]),
-              flush=True)
-        if setup["rc"] != 0:
-            print(setup["tail"])
-            raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")
-        hosts.module_cpu()  # drop the setup's
+        if args.reuse:
+            # the hosts a kept run (--keep) set up, for a second measurement (after a change to the playbooks)
+            # without a second setup; the Hub's repositories are generated alike, so the commits are the same
+            hosts.hub.start()
+            hosts.module_cpu()
+            results["reused_setup"] = str(root)
+        else:
+            setup_hosts(hosts, results, root, forks)
         for n in sizes:
             inv = hosts.inventory(n)
             extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"} if args.profile else {}
@@ -344,6 +356,7 @@ def main() -> int:
     parser.add_argument("--forks", type=int, default=8, help="ansible forks (default 8)")
     parser.add_argument("--label", default="", help="a name for this run (before, after, ...), kept in the JSON")
     parser.add_argument("--profile", metavar="DIR", help="enable profile_tasks and keep each run's output tail in DIR")
+    parser.add_argument("--reuse", metavar="ROOT", help="measure on the hosts a --keep run left in ROOT (no setup run)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary root (hosts, inventories)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args()
