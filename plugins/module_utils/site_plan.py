@@ -464,14 +464,20 @@ def failure_message(rows):
     return ("preflight failed: " + " ".join(parts)) if parts else None
 
 
+def report_json(rows, site, ok):
+    """The report as JSON text, one line per host: {"hosts": [...], "ok": ..., "site": {...}}. Each row goes
+    through json's C encoder (an indented dump takes the pure-Python one: 5 s for 10,000 hosts)."""
+    hosts = ",\n".join("    " + json.dumps(r, sort_keys=True) for r in rows)
+    return '{\n  "hosts": [\n%s\n  ],\n  "ok": %s,\n  "site": %s\n}\n' % (hosts, json.dumps(ok), json.dumps(site, sort_keys=True))
+
+
 def report(rows, layout):
     """The fleet report: rows with their source, the site, the table lines, the JSON text, ok and the failure."""
     rows = [with_source(r, layout) for r in rows]
     site = site_summary(rows, layout)
     ok = not any(r["failed_checks"] for r in rows)
-    document = {"hosts": rows, "site": site, "ok": ok}
     return {"rows": rows, "site": site, "ok": ok, "table": [TABLE_HEADER] + [table_line(r) for r in rows],
-            "site_line": site_line(site), "json": json.dumps(document, indent=4, sort_keys=True),
+            "site_line": site_line(site), "json": report_json(rows, site, ok),
             "commits": _first((r["commits"] for r in rows if r.get("reachable")), {}), "failure": failure_message(rows)}
 
 

@@ -246,6 +246,15 @@ def test_unreachable_and_refused_rows_in_table_json_and_failure():
                               "fix: check the connection (ssh, ansible_host) and re-run.")
 
 
+def test_report_json_is_the_document_with_one_line_per_host():
+    rows = [row("h3", 1 * GB), sp.unreachable_row("h1"), row("h2")]
+    got = sp.report(rows, sp.site_layout(GROUP))
+    assert got["ok"] is False and json.loads(got["json"]) == {"hosts": got["rows"], "site": got["site"], "ok": False}
+    lines = got["json"].splitlines()
+    assert [json.loads(line.strip().rstrip(","))["host"] for line in lines if line.startswith("    {")] == ["h3", "h1", "h2"]
+    assert json.loads(sp.report([], sp.site_layout(GROUP))["json"])["hosts"] == []
+
+
 def test_all_passing_report_is_ok_without_failure():
     got = sp.report([row("h3")], sp.site_layout(["h3"]))
     assert got["ok"] is True and got["failure"] is None and got["table"][1].endswith("| OK")
