@@ -25,9 +25,9 @@ RULES = {
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 MAX_EXPOSITION_BYTES = 4 * 1024 * 1024
-_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?$')
+_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+\S+)?\Z')
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
-_TARGET_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$')
+_TARGET_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}\Z')
 
 
 class MonitoringError(ValueError):

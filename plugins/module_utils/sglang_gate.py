@@ -132,8 +132,8 @@ def judge_acceptance(internal_states: Any, floor: Optional[float], algorithm: st
 
 def decode_rate(samples) -> Optional[float]:
     """tokens / seconds over (completion_tokens, seconds) samples."""
-    tokens = sum(t for t, _ in samples)
-    seconds = sum(s for _, s in samples)
+    tokens = sum(sample[0] for sample in samples)
+    seconds = sum(sample[1] for sample in samples)
     return tokens / seconds if seconds > 0 and tokens > 0 else None
 
 
@@ -151,7 +151,7 @@ class Client(object):
         data = json.dumps(body).encode("utf-8") if body is not None else None
         request = urllib.request.Request(self.base + path, data=data, headers=self.headers)
         try:
-            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:  # nosec: loopback
+            with urllib.request.build_opener().open(request, timeout=timeout or self.timeout) as answer:  # nosec: loopback
                 return answer.status, _json(answer.read(ANSWER_LIMIT))
         except urllib.error.HTTPError as exc:
             return exc.code, _json(exc.read(ANSWER_LIMIT))
@@ -201,7 +201,7 @@ def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: st
         passed.append("server_info")
 
         samples = []
-        for _ in range(max(1, int(bench_requests))):
+        for _request in range(max(1, int(bench_requests))):
             t1 = clock()
             status, answer = client.call("/v1/chat/completions", {
                 "model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}],
@@ -236,7 +236,7 @@ def measure(client: Client, model: str, bench_requests: int = 3, bench_tokens: i
             clock: Callable[[], float] = time.monotonic) -> Dict[str, Any]:
     """Only the throughput benchmark and the acceptance read (the serving release's figures, before a rollout)."""
     samples = []
-    for _ in range(max(1, int(bench_requests))):
+    for _request in range(max(1, int(bench_requests))):
         t1 = clock()
         status, answer = client.call("/v1/chat/completions", {
             "model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}],

@@ -40,8 +40,8 @@ from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_wri
 
 RELEASE_DIR = "/var/lib/ct200/releases"
 STATE_FILE = "state.json"
-ID_RE = re.compile(r"^r[0-9a-f]{12}$")
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+ID_RE = re.compile(r"^r[0-9a-f]{12}\Z")
+COMMIT_RE = re.compile(r"^[0-9a-f]{40}\Z")
 READ_LIMIT = 4 * 1024 * 1024  # a record holds two small text files
 MANIFEST_LIMIT = 64 * 1024 * 1024
 DEFAULT_KEEP = 2

@@ -140,7 +140,7 @@ class RouterClient(object):
         self.base_url = normalize_url(base_url)
         self.api_key = api_key or None
         self.timeout = timeout
-        self._open = opener or urllib.request.urlopen
+        self._open = opener or urllib.request.build_opener().open
         self._sleep = sleep
         self._clock = clock
 

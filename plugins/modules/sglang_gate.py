@@ -55,7 +55,7 @@ options:
     type: str
     default: none
   expected:
-    description: What C(/server_info) must report (sglang_service's RV(expected_server_info)).
+    description: What C(/server_info) must report (the C(expected_server_info) sglang_service returns).
     type: dict
     default: {}
   smoke_expect:
@@ -154,7 +154,7 @@ def main():
             baseline_tok_s=dict(type="float"),
             min_ratio=dict(type="float", default=0.8),
             bench_requests=dict(type="int", default=3),
-            bench_tokens=dict(type="int", default=128),
+            bench_tokens=dict(type="int", default=128, no_log=False),
             health_timeout=dict(type="int", default=60),
         ),
         supports_check_mode=True,

@@ -52,15 +52,15 @@ options:
     type: int
     default: 2
   units:
-    description: The rendered files, absolute path to content (C(sglang_service)'s RV(unit_path)/RV(unit_content) and
-      RV(env_path)/RV(env_content)). The unit's C(ExecStart=) names the target, drafter and venv.
+    description: The rendered files, absolute path to content (what C(sglang_service) returns as C(unit_path)/C(unit_content) and
+      C(env_path)/C(env_content)). The unit's C(ExecStart=) names the target, drafter and venv.
     type: dict
   unit_paths:
     description: Read these installed files instead of O(units) (adopting the serving release).
     type: list
     elements: path
   sglang_version:
-    description: The SGLang version the files were rendered for (C(sglang_service)'s RV(dialect.version)).
+    description: The SGLang version the files were rendered for (C(dialect.version) of what C(sglang_service) returns).
     type: str
   target_repo:
     description: Hub repository of the target, for the record.

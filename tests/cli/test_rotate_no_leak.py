@@ -141,8 +141,10 @@ def test_rotate_token_leaves_no_secret_and_promotes(fleet, local_hub, tmp_path):
     assert data["failed_hosts"] == [HOSTS[1]] and "FAILED: %s" % HOSTS[1] in out
     assert {h["host"]: h["status"] for h in data["hosts"]} == {HOSTS[0]: "in_sync", HOSTS[1]: "drift"}
 
-    # Status reads the fingerprint on every host, without the Hub.
+    # Status reads the fingerprint on every host, without the Hub. These hosts serve no instance and one
+    # drifts: status names both as broken rules and exits 1 (issue 14: non-zero when an instance breaks one).
     code, out, err = ct200("status", "-i", "inventories/sandbox", "--json", str(summary), env=env)
-    assert code == 0, out + err
+    assert code == 1, out + err
+    assert "RULES BROKEN: %s/kimi: health unreachable | %s/kimi: health unreachable; token drift" % tuple(HOSTS) in out
     assert {h["host"]: h["fingerprint"] for h in json.loads(summary.read_text())["hosts"]} == {
         HOSTS[0]: fingerprint(new), HOSTS[1]: fingerprint(old)}

@@ -47,7 +47,8 @@ def run_site(tmp_path, **role_vars):
 def test_site_layout_and_peers_in_inventory_order(tmp_path):
     proc, got = run_site(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert got["layout"] == {"hosts": ["w3", "w1", "w2"], "fanout": True, "seed": "w3", "pinned": False, "degree": 2}
+    assert got["layout"] == {"hosts": ["w3", "w1", "w2"], "fanout": True, "seed": "w3", "pinned": False, "degree": 2,
+                             "site_hosts": 3, "slice": False, "extra_hub_copies": 0}
     assert got["fan_out"] is True and got["addresses"] == HOSTS
     assert got["peers"]["target"] == [{"name": "w3", "url": "http://10.9.0.3:8790/target"},
                                       {"name": "w1", "url": "http://[fd00::1]:8790/target"},
@@ -59,10 +60,11 @@ def test_the_preflight_layout_is_kept_and_nothing_to_fetch_means_no_fanout(tmp_p
     preflight = {"hosts": ["w3", "w1", "w2"], "fanout": True, "seed": "w2", "pinned": True, "degree": 1}
     proc, got = run_site(tmp_path, model_weights_site=preflight, model_weights_fetch=[])
     assert proc.returncode == 0, proc.stdout[-3000:]
-    assert got["layout"] == preflight and got["seed"] == "w2" and got["fan_out"] is False
+    whole_site = {"site_hosts": 3, "slice": False, "extra_hub_copies": 0}
+    assert got["layout"] == dict(preflight, **whole_site) and got["seed"] == "w2" and got["fan_out"] is False
 
 
-@pytest.mark.parametrize("role_vars,cause", [({"model_weights_fanout_seed": "w9"}, "fanout_seed 'w9' is not a host of this run"),
+@pytest.mark.parametrize("role_vars,cause", [({"model_weights_fanout_seed": "w9"}, "fanout_seed 'w9' is not a host of the site"),
                                              ({"model_weights_fanout_degree": 0}, "fanout_degree must be an integer >= 1")])
 def test_a_bad_setting_fails_with_its_cause_and_fix(tmp_path, role_vars, cause):
     proc, _out = run_site(tmp_path, **role_vars)

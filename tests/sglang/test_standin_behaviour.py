@@ -47,9 +47,9 @@ def test_load_behaviour_reads_the_drafters_file_then_the_env_fallback_then_defau
 def test_fail_rate_is_the_share_of_failed_completions():
     mod = standin_module()
     standin = mod.StandIn("0", {}, [], {"fail_rate": 0.25})
-    fails = [standin.next_fails() for _ in range(40)]
+    fails = [standin.next_fails() for _call in range(40)]
     assert sum(fails) == 10 and fails[:4] == [False, False, False, True]
-    assert not any(mod.StandIn("0", {}, [], {}).next_fails() for _ in range(20))
+    assert not any(mod.StandIn("0", {}, [], {}).next_fails() for _call in range(20))
 
 
 def test_a_served_standin_decodes_at_its_files_rate_and_crashes_or_never_readies_on_demand(mdir):
@@ -60,7 +60,7 @@ def test_a_served_standin_decodes_at_its_files_rate_and_crashes_or_never_readies
     try:
         with open(behaviour, "w") as handle:
             json.dump({"decode_tok_s": 100.0, "accept_length": 2.25}, handle)
-        proc, _ = start(python, argv, port)
+        proc, _log = start(python, argv, port)
         base = "http://127.0.0.1:%d" % port
         try:
             t0 = time.monotonic()
