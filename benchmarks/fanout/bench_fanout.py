@@ -49,9 +49,9 @@ SHAPES = {  # --shape: shards (quick, full), seed workers
 
 
 def split_size(files, workers):
-    """The seed's min_split_size, scaled like the shards: hf_download's default (64 MiB) cuts a Kimi
-    shard of 9.3 GB into one range per worker; the same here for shards ~2000 x smaller."""
-    return max(64 << 10, max(f["size"] for f in files.values()) // workers)
+    """The seed's min_split_size, scaled like the shards: with hf_download's default (64 MiB) the
+    engine cuts a Kimi shard of 9.3 GB into 4 ranges per worker (32 on 8 workers); the same here."""
+    return max(64 << 10, max(f["size"] for f in files.values()) // (workers * 4))
 
 
 def launch(site, host, case, commit, files, fanout, poll, seed_fanout, seed_opts=None):
@@ -96,6 +96,22 @@ def hop_lags(site, files, results):
             if source in renamed and path in renamed[source] and seen.get("first_byte") is not None:
                 lags.append(round(seen["first_byte"] - renamed[source][path], 4))
     return lags
+
+
+def timeline_of(site, files, results, t0_wall):
+    """{host: {path: [source, first byte, verified]}} in seconds after the clock's start, and each
+    host's renames under "renamed": where a file waited shows here (the tail of the tree)."""
+    out = {}
+    for host, res in sorted(results.items()):
+        rows = dict((path, [seen.get("source"), _rel(seen.get("first_byte"), t0_wall), _rel(seen.get("verified"), t0_wall)])
+                    for path, seen in sorted((res.get("file_times") or {}).items()))
+        rows["renamed"] = dict((path, _rel(when, t0_wall)) for path, when in sorted(renamed_at(site, host, files).items()))
+        out[host] = rows
+    return out
+
+
+def _rel(when, t0_wall):
+    return None if when is None else round(when - t0_wall, 3)
 
 
 def lag_stats(lags):
@@ -169,6 +185,7 @@ def run_case(site, commit, files, case, fanout, hosts, poll, seed_fanout, seed_o
     fetch_wall = max(finished.values()) - (fetch_t0 if timings else t0)
     hub_bytes = site.hub_bytes()
     lags = hop_lags(site, files, results)
+    timeline = timeline_of(site, files, results, t0 + (time.time() - time.monotonic()))
     bad = verify_all(site, active, files)
     failed = {h: r.get("msg") for h, r in results.items() if r.get("failed")}
     return {"case": case, "hosts": len(active), "fanout": fanout, "seed_fanout": seed_fanout, "wall": round(wall, 3), "fetch_wall": round(fetch_wall, 3),
@@ -177,6 +194,7 @@ def run_case(site, commit, files, case, fanout, hosts, poll, seed_fanout, seed_o
             "per_host_seconds": dict((h, round(t - started, 3)) for h, t in sorted(finished.items())),
             "per_host_cpu_seconds": dict(sorted(cpu.items())), "load_after": os.getloadavg()[0],
             "load_before": list(load_before), "hop_lag_s": lag_stats(lags), "hop_lags": lags,
+            "timeline": timeline,
             "seed_done_to_last_host_s": round(max(finished.values()) - finished[seed], 3),
             "seed_seconds": results[seed].get("seconds"), "seed_timings": results[seed].get("timings"),
             "bytes_by_source": dict((h, r.get("bytes_by_source")) for h, r in results.items()
@@ -196,7 +214,7 @@ def parse_args(argv):
                     help="kimi: 64 shards on 8 workers, Kimi-K2.6's proportion (waves of files show)")
     ap.add_argument("--shards", default=None, help="repository shards, e.g. 48x1MiB (overrides --shape)")
     ap.add_argument("--workers", type=int, default=None, help="the seed's max_workers (default: the shape's)")
-    ap.add_argument("--split", default=None, help="the seed's min_split_size (default: largest shard / workers)")
+    ap.add_argument("--split", default=None, help="the seed's min_split_size (default: largest shard / workers / 4)")
     ap.add_argument("--repeat", type=int, default=None, help="runs of single+fanout (default 3 with --quick, else 1)")
     ap.add_argument("--cases", default="single,fanout,star,independent", help=argparse.SUPPRESS)
     ap.add_argument("--verbose", action="store_true", help="print when each host finished")

@@ -12,12 +12,17 @@ Model:
   with how far each got).  The state is persisted every ~2 s and on exit, so a
   SIGKILLed run resumes every partial file by Range where it stopped;
 * files are fetched in the order given (path order, the order the site fan-out's
-  children ask for them), each cut into up to ``max_workers`` equal byte ranges of
-  at least ``split_min`` bytes, queued file after file: the workers share the first
+  children ask for them), each cut into up to ``PIECES_PER_WORKER x max_workers``
+  equal byte ranges of at least ``split_min`` bytes, queued file after file: the workers share the first
   file(s), so files complete one after another from the start instead of all
   together near the end (a fan-out child can take a file only once its parent has
   verified it: whole files on every connection made the tree wait a wave of files
-  per hop).  While fewer than half of ``max_workers`` files are in flight, idle
+  per hop).  Several pieces per worker, because one straggling connection (a slow CDN
+  edge, a stream starved on a shared link) holds its file until its piece is done
+  while the others finish the files after it: with one piece per worker that was a
+  quarter of a file or more and the files completed in bunches again; a smaller piece
+  bounds the wait without splitting a request in flight (the bytes the server already
+  sent for the abandoned rest would be fetched twice).  While fewer than half of ``max_workers`` files are in flight, idle
   workers split the largest remaining segment (>= 2 x ``split_min``), so the tail
   keeps the connections busy;
 * bytes are read with ``readinto`` into one 1 MiB buffer per worker, written
@@ -69,6 +74,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
 BUF_SIZE = 1 << 20
 ALIGN = 4096  # O_DIRECT offset/length/address alignment (covers 512-byte devices too)
 DIRECT_MIN_SIZE = 16 << 20  # smaller files go through the page cache
+PIECES_PER_WORKER = 4  # a file's ranges per worker: one more request per piece, a straggler holds a quarter
 MIN_PIECE = 16 * ALIGN  # smallest range a file is cut into (64 KiB); split_min below this is raised to it
 TMP_DIR = "tmp"
 STATE_SAVE_INTERVAL = 2.0
@@ -359,14 +365,15 @@ class Engine(object):
 
     # ------------------------------------------------------------- scheduling
     def _pieces(self, job):
-        """``[0, size)`` as up to ``max_workers`` equal ranges of at least ``split_min`` bytes (page-aligned).
+        """``[0, size)`` as up to ``PIECES_PER_WORKER x max_workers`` equal ranges of at least
+        ``split_min`` bytes (page-aligned).
 
         They are queued file after file, so idle workers take the next ranges of the first
-        unfinished file before they open another one: at most about ``max_workers / pieces + 1``
-        files are in flight and they complete in order."""
+        unfinished file before they open another one: about two files are in flight and they
+        complete in order."""
         if not job.size:
             return []
-        count = max(1, min(self.max_workers, job.size // self.split_min))
+        count = max(1, min(self.max_workers * PIECES_PER_WORKER, job.size // self.split_min))
         step = -(-job.size // count)
         step += -step % ALIGN
         return [Segment(job, start, min(start + step, job.size)) for start in range(0, job.size, step)]

@@ -22,6 +22,10 @@ description:
     as soon as its parent has verified it), any other peer that has the file, the seed (waited for), and the Hub
     when O(use_hub) is true. A source that refuses connections is dropped for the run; one whose bytes do not
     hash to the listed oid is dropped for that file (it costs that file once).
+  - B(Siblings one after another.) A child whose parent has an earlier child takes each file from the parent
+    only once that sibling has it (while the sibling's progress moves; one that is down or stands still for 3 s is
+    not waited for again): two copies side by side share the parent's uplink and both end after two copies' time,
+    one after the other the first ends after one and its own children start earlier.
   - B(Verification from the Hub, never from a peer.) Every file is hashed while it is written and renamed into
     place only when its sha256 (or git blob sha1) equals the oid of O(files), which must come from the seed's
     Hub listing. Bytes move through the same engine and manifest as M(ct200.deploy.hf_download) (resumable part
@@ -323,7 +327,8 @@ def _fetcher(module):
                           peer_wait=p["peer_wait_timeout"], peer_stall=p["peer_stall_timeout"], poll=p["poll_interval"],
                           stall_timeout=p["stall_timeout"], max_workers=p["max_workers"],
                           parallel_files=p["parallel_files"], lock_timeout=p["lock_timeout"],
-                          min_free_bytes=p["min_free_bytes"], layout=p["layout"], reuse_dirs=p["reuse_dirs"])
+                          min_free_bytes=p["min_free_bytes"], layout=p["layout"], reuse_dirs=p["reuse_dirs"],
+                          after=fanout.earlier_sibling(p["peers"], p["host"], p["seed"], p["fanout"], p["seed_fanout"]))
 
 
 def main():

@@ -152,13 +152,13 @@ class _Sized(object):
         self.path, self.size, self.oid, self.lfs, self.url = path, size, "0" * 64, True, "http://x/" + path
 
 
-def test_a_file_is_cut_into_a_range_per_worker_but_not_below_split_min(tmp_path):
+def test_a_file_is_cut_into_ranges_per_worker_but_not_below_split_min(tmp_path):
     engine = eng.Engine(str(tmp_path), [], {}, set(), None, "c" * 40, max_workers=8, split_min=64 << 20)
     small = eng.FileJob(_Sized("a", 100 << 20), str(tmp_path), True)
     assert [(s.start, s.end) for s in engine._pieces(small)] == [(0, 100 << 20)]
     big = eng.FileJob(_Sized("b", 9300 * 10**6), str(tmp_path), True)
     pieces = engine._pieces(big)
-    assert len(pieces) == 8 and pieces[0].start == 0 and pieces[-1].end == big.size
+    assert len(pieces) == 8 * eng.PIECES_PER_WORKER and pieces[0].start == 0 and pieces[-1].end == big.size
     assert all(p.end == q.start for p, q in zip(pieces, pieces[1:])) and all(p.start % eng.ALIGN == 0 for p in pieces)
 
 

@@ -93,3 +93,67 @@ def test_a_peer_fetches_one_file_after_another_in_path_order(tmp_path, parent):
     verified = sorted(listing, key=lambda p: result["file_times"][p]["verified"])
     assert verified == sorted(listing)
     assert all(result["file_times"][p]["source"] == "h1" for p in listing)
+
+
+class SiblingProbe(fanout.Probe):
+    """The real probe for the parent; for the sibling (``SIBLING``) a file is there ``lag`` seconds
+    after this host's poller first asked for it, its progress moving meanwhile; ``down`` answers
+    "down" for the sibling."""
+
+    SIBLING = "http://sibling.invalid/model"
+
+    def __init__(self, lag, down=False):
+        super().__init__(timeout=5.0)
+        self.lag, self.down, self.asked, self.had = lag, down, {}, {}
+
+    def has(self, base, path, size):
+        if base != self.SIBLING:
+            return super().has(base, path, size)
+        if self.down:
+            return "down"
+        first = self.asked.setdefault(path, time.monotonic())
+        if time.monotonic() - first >= self.lag:
+            self.had.setdefault(path, time.monotonic())
+            return "has"
+        return "lacks"
+
+    def progress(self, base):
+        if base != self.SIBLING:
+            return super().progress(base)
+        return ("running", round(time.monotonic(), 1))
+
+
+def _listing(parent, count):
+    listing = {}
+    for i in range(count):
+        path = "model-%05d-of-%05d.safetensors" % (i + 1, count)
+        data = hashlib.sha256(path.encode()).digest() * (SIZE // 32)
+        parent.files[path] = data
+        listing[path] = {"size": len(data), "oid": hashlib.sha256(data).hexdigest(), "lfs": True}
+    return listing
+
+
+def test_a_second_child_takes_each_file_after_its_earlier_sibling(tmp_path, parent):
+    listing = _listing(parent, 3)
+    probe = SiblingProbe(lag=0.3)
+    sibling = fanout.Source("peer", "h2", SiblingProbe.SIBLING)
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing, [fanout.Source("parent", "h1", parent.base, wait=True)],
+                             poll=0.01, peer_stall=10, stall_timeout=10, probe=probe, after=sibling)
+    result = fetcher.run()
+    assert result["files_fetched"] == 3
+    began = dict((path, start) for path, start, _end in parent.served)
+    for path in listing:  # the parent was asked for each file only once the sibling had it
+        assert began[path] >= probe.had[path], (path, began[path], probe.had[path])
+    assert fetcher.after is sibling, "a sibling that keeps up stays the one to wait for"
+
+
+def test_a_sibling_that_is_down_is_not_waited_for(tmp_path, parent):
+    listing = _listing(parent, 2)
+    probe = SiblingProbe(lag=60, down=True)
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing, [fanout.Source("parent", "h1", parent.base, wait=True)],
+                             poll=0.01, peer_stall=10, stall_timeout=10, probe=probe,
+                             after=fanout.Source("peer", "h2", SiblingProbe.SIBLING))
+    started = time.monotonic()
+    result = fetcher.run()
+    assert result["files_fetched"] == 2 and fetcher.after is None
+    assert time.monotonic() - started < 10, "waited for a sibling that is down"

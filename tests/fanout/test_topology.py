@@ -223,3 +223,15 @@ def test_handed_listing_entries_follow_hf_downloads_rules(info):
     with pytest.raises(fanout.FanoutError) as err:
         fanout.validate_listing({"model.safetensors": info})
     assert err.value.code == "bad_listing"
+
+
+def test_the_earlier_sibling_is_the_child_of_the_same_parent_just_before():
+    peers = [{"name": h, "url": "http://10.0.0.%d:8090/m" % i} for i, h in enumerate("abcdefgh")]
+    # seed a: children b, c (seed_fanout 2); b: d, e; c: f, g; d: h
+    assert fanout.earlier_sibling(peers, "a", fanout=2, seed_fanout=2) is None
+    assert fanout.earlier_sibling(peers, "b", fanout=2, seed_fanout=2) is None
+    sibling = fanout.earlier_sibling(peers, "c", fanout=2, seed_fanout=2)
+    assert (sibling.name, sibling.base, sibling.wait) == ("b", "http://10.0.0.1:8090/m", False)
+    assert fanout.earlier_sibling(peers, "e", fanout=2, seed_fanout=2).name == "d"
+    assert fanout.earlier_sibling(peers, "h", fanout=2, seed_fanout=2) is None  # d's only child
+    assert fanout.earlier_sibling(peers, "c", fanout=1, seed_fanout=1) is None  # a chain has none
