@@ -24,7 +24,7 @@ description:
     hash to the listed oid is dropped for that file (it costs that file once).
   - B(Siblings one after another.) A child whose parent has an earlier child takes each file from the parent
     only once that sibling has it (while the sibling's progress moves; one that is down or stands still for 3 s is
-    not waited for again): two copies side by side share the parent's uplink and both end after two copies' time,
+    not waited for again). Two copies side by side share the parent's uplink and both end after two copies' time,
     one after the other the first ends after one and its own children start earlier.
   - B(Verification from the Hub, never from a peer.) Every file is hashed while it is written and renamed into
     place only when its sha256 (or git blob sha1) equals the oid of O(files), which must come from the seed's
