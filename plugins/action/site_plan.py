@@ -92,12 +92,13 @@ class ActionModule(ActionBase):
             hub = got.get("hub", {}).get(host) or {}
             repo_ids = list(hub.get("repos") or [])
             token = got.get("token", {}).get(host) or {}
-            value = dict((k, got.get(k, {}).get(host)) for k in ("runtime", "token_query", "plan", "disk", "fit"))
+            value = dict((k, got.get(k, {}).get(host))
+                         for k in ("runtime", "token_query", "plan", "disk", "fit", "releases"))
             client_ready = str(got.get("client_ready", {}).get(host)).lower() != "false"  # unset: ready
             failed = site_plan.failed_checks([(c, got_checks[c][host]) for c in checks], token.get("problem"), hub,
                                              len(repo_ids), value["plan"], value["disk"], value["fit"], client_ready)
             rows.append(site_plan.host_row(host, value["runtime"], value["token_query"], hub, repo_ids, value["plan"],
-                                           value["disk"], value["fit"], failed, client_ready))
+                                           value["disk"], value["fit"], failed, client_ready, value["releases"]))
         return dict(site_plan.report(rows, layout), layout=layout)
 
     def _stage_site(self, args, task_vars):

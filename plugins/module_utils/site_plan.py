@@ -27,7 +27,8 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import finger
 
 GB = 1e9
 TABLE_HEADER = ("host | gpus (model, GiB, numa) | driver/cuda | sglang (installed/pinned, dialect) | token user (fingerprint)"
-                " | access | fetch GB (from hub/peers) / free GB | fit (pool tokens @ context) | verdict")
+                " | access | fetch GB (from hub/peers) / free GB | fit (pool tokens @ context) | release (current / previous)"
+                " | verdict")
 UNREACHABLE_FIX = "check the connection (ssh, ansible_host) and re-run"
 VAULT_FIX = "create and encrypt the vault (README: Vault)"
 NOT_NEEDED = "not needed: nothing to fetch"
@@ -345,7 +346,29 @@ def _access_map(access, repo_ids):
     return dict((r.get("repo_id"), r.get("access")) for r in access.get("repos") or [] if isinstance(r, dict))
 
 
-def host_row(host, runtime, token_query, hub, repo_ids, plan, disk, fit, checks, client_ready=True):
+def release_cell(releases):
+    """{"current", "previous", and what the current one serves} from ``sglang_release state=read`` (None
+    when the host has no record or the read did not run)."""
+    if not isinstance(releases, dict) or not isinstance(releases.get("state"), dict):
+        return None
+    current = releases.get("current") if isinstance(releases.get("current"), dict) else {}
+    state = releases["state"]
+    return {"current": state.get("current"), "previous": state.get("previous"),
+            "target": _repo_commit(current.get("target")), "drafter": _repo_commit(current.get("drafter")),
+            "sglang_version": current.get("sglang_version")}
+
+
+def _repo_commit(served):
+    return dict((k, served.get(k)) for k in ("repo_id", "commit")) if isinstance(served, dict) else None
+
+
+def _release_text(release):
+    if not release or not release.get("current"):
+        return "none"
+    return "%s / %s" % (release["current"], release.get("previous") or "-")
+
+
+def host_row(host, runtime, token_query, hub, repo_ids, plan, disk, fit, checks, client_ready=True, releases=None):
     """One reachable host's report row."""
     runtime = runtime or {}
     gpus = runtime.get("gpus") or []
@@ -373,6 +396,7 @@ def host_row(host, runtime, token_query, hub, repo_ids, plan, disk, fit, checks,
         # fabric and GPU health (host_facts), and with --deep the runtime proof: their failures are in checks
         "health": runtime.get("health"),
         "runtime_proof": runtime.get("runtime_proof"),
+        "release": release_cell(releases),
         "failed_checks": checks,
     }
 
@@ -424,6 +448,7 @@ def table_line(row):
              ", ".join("%s=%s" % kv for kv in row["access"].items()) if row["access"] else "-",
              "%s %s / %s" % (_gb(row["bytes_to_fetch"], 2), row["fetch_from"], free),
              "%s @ %s" % (fit.get("pool_tokens"), fit.get("context_length")) if fit else "-",
+             _release_text(row.get("release")),
              "OK" if not checks else "REFUSED: " + ", ".join(c["check"] for c in checks)]
     return " | ".join(cells)
 

@@ -237,7 +237,7 @@ def test_unreachable_and_refused_rows_in_table_json_and_failure():
     got = sp.report(rows, sp.site_layout(GROUP, enabled=False))
     assert got["table"][0] == sp.TABLE_HEADER
     assert got["table"][1] == ("h3 | 8 x RTX, 96 GiB, numa [0, 0, 0, 0, 0, 0, 0, 0] | 580.95.05/13.0 | 0.5.23/0.5.23 dflash | "
-                               "u (sha256:aaaaaaaaaaaa) | o/t=granted, o/d=granted | 1.0 hub / 2000.0 | 5 @ 9 | REFUSED: gpus")
+                               "u (sha256:aaaaaaaaaaaa) | o/t=granted, o/d=granted | 1.0 hub / 2000.0 | 5 @ 9 | none | REFUSED: gpus")
     assert got["table"][2] == "h1 | UNREACHABLE"
     document = json.loads(got["json"])
     assert document["ok"] is False and [h["host"] for h in document["hosts"]] == ["h3", "h1"]
@@ -308,3 +308,27 @@ def test_staged_repos_point_every_later_step_at_the_commits_snapshot():
     started = [{"results": [{"ansible_job_id": "j1", "item": {"item": repos[1]}}]}]
     jobs = sp.wait_jobs("h1", {"fanout": True, "seed": "h0"}, started, got["dirs"])
     assert jobs[0]["progress_file"] == got["dirs"]["drafter"] + "/.ct200/progress.json"
+
+
+# ---- releases in the report (issue 13: status, the preflight report and --json show them per host)
+
+RELEASES = {"state": {"current": "r111111111111", "previous": "r000000000000", "keep": 2},
+            "current": {"id": "r111111111111", "target": {"repo_id": "o/t", "commit": "c" * 40, "dir": "/m/t"},
+                        "drafter": {"repo_id": "o/d", "commit": "d" * 40, "dir": "/m/d"}, "sglang_version": "0.5.23"}}
+
+
+def test_the_report_shows_each_hosts_current_and_previous_release():
+    served = sp.host_row("h1", RUNTIME, {}, HUB, HUB["repos"], plan(), {}, {"fit": {}}, [], releases=RELEASES)
+    bare = sp.host_row("h2", RUNTIME, {}, HUB, HUB["repos"], plan(), {}, {"fit": {}}, [],
+                       releases={"state": {"current": None, "previous": None, "keep": 2}, "current": None})
+    unread = sp.host_row("h3", RUNTIME, {}, HUB, HUB["repos"], plan(), {}, {"fit": {}}, [], releases={"skipped": True})
+    assert served["release"] == {"current": "r111111111111", "previous": "r000000000000",
+                                 "target": {"repo_id": "o/t", "commit": "c" * 40},
+                                 "drafter": {"repo_id": "o/d", "commit": "d" * 40}, "sglang_version": "0.5.23"}
+    assert bare["release"]["current"] is None and unread["release"] is None
+    rep = sp.report([served, bare, unread], sp.site_layout(["h1", "h2", "h3"], None, False))
+    assert "release (current / previous)" in rep["table"][0]
+    cells = dict((line.split(" | ")[0], line.split(" | ")) for line in rep["table"][1:])
+    assert cells["h1"][-2] == "r111111111111 / r000000000000"
+    assert cells["h2"][-2] == "none" and cells["h3"][-2] == "none"
+    assert json.loads(rep["json"])["hosts"][0]["release"]["current"] == "r111111111111"
