@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -220,6 +221,8 @@ def parse_args(argv):
     ap.add_argument("--verbose", action="store_true", help="print when each host finished")
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between HEAD polls of a peer")
     ap.add_argument("--tag", default="bench", help="namespace names fo-TAG-* (1-6 letters/digits)")
+    ap.add_argument("--stress", type=int, default=0, metavar="N",
+                    help="run stress-ng --cpu N for the whole benchmark (the loaded run), recorded in the JSON")
     ap.add_argument("--note", default="", help="free text stored in the JSON (e.g. the load that ran)")
     ap.add_argument("--nice", type=int, default=0,
                     help="niceness of the whole site (modules, nginx, Hub inherit it); recorded in the JSON. Measured "
@@ -309,6 +312,29 @@ def main(argv=None):
     data_dir = os.path.join(REPO, ".cache", "fanout", "hub-" + args.shards)
     started = time.time()
     load_at_start = os.getloadavg()
+    stress = start_stress(args.stress)
+    try:
+        cases, runs, seed_opts, repo_bytes = measure(args, data_dir, load_at_start)
+    finally:
+        if stress is not None:
+            stress.terminate()
+            stress.wait(timeout=30)
+    if "single" not in cases or "fanout" not in cases:
+        return 0
+    report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start)
+    return 0
+
+
+def start_stress(cpus):
+    """stress-ng burning ``cpus`` CPUs at nice 0 for the loaded run (None without --stress)."""
+    if not cpus:
+        return None
+    proc = subprocess.Popen(["stress-ng", "--cpu", str(cpus), "--quiet"], stdout=subprocess.DEVNULL)
+    time.sleep(5)  # the load average starts to show it
+    return proc
+
+
+def measure(args, data_dir, load_at_start):
     with Site(args.tag, hosts=args.hosts, host_rate=args.host_rate, hub_rate=args.hub_rate) as site:
         site.start_hub("%s:%s" % (REPO_ID, args.shards), data_dir)
         commit, files = site.listing(REPO_ID)
@@ -318,8 +344,10 @@ def main(argv=None):
               % (args.hosts, args.hub_rate, args.host_rate, args.shards, repo_bytes / 2**20, args.fanout,
                  args.seed_fanout, seed_opts, load_at_start), flush=True)
         cases, runs = run_all(site, args, commit, files, seed_opts)
-    if "single" not in cases or "fanout" not in cases:
-        return 0
+    return cases, runs, seed_opts, repo_bytes
+
+
+def report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start):
     figures = figures_of(cases, runs)
     print("hub bytes ratio (site / one copy): %.2f   (goal 1.00)" % figures["hub_bytes_ratio"])
     print("wall(%d)/wall(1) tree k=%d:        %.3f   (goal <= 1.15; median of %s)"
@@ -342,13 +370,13 @@ def main(argv=None):
                                     "hub_rate": args.hub_rate, "shape": args.shape, "seed_options": seed_opts,
                                     "host_rate": args.host_rate, "shards": args.shards, "repo_bytes": repo_bytes,
                                     "quick": args.quick, "repeat": args.repeat, "note": args.note, "nice": args.nice,
+                                    "stress_ng_cpus": args.stress,
                                     "data_path": "network namespaces + Debian nginx + modules "
                                                  "as processes (no SSH/systemd hosts)"},
                    cases=cases, runs=runs_doc, started=started, seconds=round(time.time() - started, 1),
                    load=os.getloadavg(), load_at_start=load_at_start)
         with open(args.json, "w") as handle:
             json.dump(doc, handle, indent=1, sort_keys=True)
-    return 0
 
 
 if __name__ == "__main__":
