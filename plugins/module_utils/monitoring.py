@@ -14,6 +14,8 @@ import json
 import math
 import re
 
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import shorten
+
 __metaclass__ = type
 
 # Thresholds shared by the alert rules (roles/monitoring defaults) and `ct200 status`.
@@ -197,18 +199,18 @@ def parse_exposition(text):
             continue
         match = _LINE.match(line)
         if not match:
-            raise MonitoringError("/metrics line %d is not Prometheus text: %r" % (number, line[:120]))
+            raise MonitoringError("/metrics line %d is not Prometheus text: %s" % (number, shorten(repr(line), 120)))
         labels, rest = {}, match.group(3) or ""
         while rest.strip():
             label = _LABEL.match(rest)
             if not label:
-                raise MonitoringError("/metrics line %d has malformed labels: %r" % (number, line[:120]))
+                raise MonitoringError("/metrics line %d has malformed labels: %s" % (number, shorten(repr(line), 120)))
             labels[label.group(1)] = _unescape(label.group(2))
             rest = rest[label.end():]
         try:
             value = float(match.group(4))
         except ValueError:
-            raise MonitoringError("/metrics line %d has no number: %r" % (number, line[:120]))
+            raise MonitoringError("/metrics line %d has no number: %s" % (number, shorten(repr(line), 120)))
         samples.append((match.group(1), labels, value))
     return samples
 

@@ -72,6 +72,7 @@ out_of_rotation:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ct200.deploy.plugins.module_utils import traffic
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 
 def main():
@@ -81,7 +82,8 @@ def main():
                                           "timeout": {"type": "int", "default": 10}},
                            supports_check_mode=True)
     p = module.params
-    got = traffic.rotation(p["router_url"], p["urls"], p["api_key"], timeout=p["timeout"])
+    # the one redaction at the way out too: the router's words may quote the key in any encoding
+    got = scrub(traffic.rotation(p["router_url"], p["urls"], p["api_key"], timeout=p["timeout"]), [p["api_key"]])
     if not got["reachable"]:
         if module.check_mode:
             module.exit_json(changed=False, instances=got["instances"], in_rotation=[], out_of_rotation=list(p["urls"]),
