@@ -12,9 +12,12 @@ def instance_report(raw: dict | None, out) -> dict:
     raw = dict(raw or {})
     if isinstance(raw.get("prometheus"), dict) and "status" in raw["prometheus"]:
         raw["prometheus"] = monitoring.prometheus_accept_lengths(raw["prometheus"])
-    rows = monitoring.status_rows(raw)  # raw["rotation"]: the router's answer, '-' while absent
+    rows = monitoring.status_rows(raw)  # the ROUTER column: raw["traffic"], the router's own worker list
     if rows:
         print("\n" + monitoring.status_table(rows), file=out)
+        router = monitoring.router_summary(raw.get("traffic"))
+        if router:
+            print(router, file=out)
         broken = ["%s/%s: %s" % (r["host"], r["instance"], "; ".join(r["verdict"])) for r in rows if r["verdict"]]
         if broken:
             print("RULES BROKEN: " + " | ".join(broken), file=out)

@@ -236,8 +236,9 @@ class RouterClient(object):
 def rotation(router_url: str, urls: Sequence[str], api_key: Optional[str] = None, timeout: float = 5.0,
              opener: Optional[Opener] = None) -> Dict[str, Any]:
     """For ``ct200 status``: {"router": URL, "reachable": bool, "error": str|None,
-    "instances": {url: {"in_rotation": bool, "registered": bool, "healthy": bool, "load": int|None}}}."""
-    result = {"router": router_url, "reachable": False, "error": None, "instances": {}}
+    "instances": {url: {"in_rotation": bool, "registered": bool, "healthy": bool, "load": int|None}},
+    "workers": [{"url", "healthy"}] (every worker the router lists, its URL normalized)}."""
+    result = {"router": router_url, "reachable": False, "error": None, "instances": {}, "workers": []}
     try:
         workers = RouterClient(router_url, api_key, timeout=timeout, opener=opener).workers()
     except TrafficError as exc:
@@ -252,6 +253,7 @@ def rotation(router_url: str, urls: Sequence[str], api_key: Optional[str] = None
             by_url[normalize_url(worker["url"])] = worker
         except TrafficError:
             continue
+    result["workers"] = [{"url": url, "healthy": bool(w.get("is_healthy") is True)} for url, w in sorted(by_url.items())]
     for url in urls:
         worker = by_url.get(normalize_url(url))
         healthy = bool(worker and worker.get("is_healthy"))

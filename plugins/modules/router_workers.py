@@ -67,6 +67,11 @@ out_of_rotation:
   returned: always
   type: list
   elements: str
+workers:
+  description: Every worker the router lists, C(url) (as the router stores it) and C(healthy) (it sends it traffic).
+  returned: success
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -91,7 +96,7 @@ def main():
         module.fail_json(msg=got["error"], instances=got["instances"])
     inside = [u for u, v in got["instances"].items() if v["in_rotation"]]
     module.exit_json(changed=False, instances=got["instances"], in_rotation=inside,
-                     out_of_rotation=[u for u in p["urls"] if u not in inside])
+                     out_of_rotation=[u for u in p["urls"] if u not in inside], workers=got["workers"])
 
 
 if __name__ == "__main__":
