@@ -81,7 +81,8 @@ done
 echo
 echo "\$ ct200 status -i inventories/sandbox"
 set +e
-ct200 status -i inventories/sandbox | sed -n '/^HOST *INSTANCE/,$p'
+# this checkout's fleet command (the `ct200` on PATH may be another checkout's editable install)
+PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python -m ct200_fleet status -i inventories/sandbox | sed -n '/^HOST *INSTANCE/,$p'
 echo "(exit ${PIPESTATUS[0]}: non-zero, $BAD breaks the acceptance rule)"
 set -e
 
