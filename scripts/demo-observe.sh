@@ -4,11 +4,12 @@
 # (which ran with CT200_SANDBOX_TRAFFIC=router: sglang-router on the ct200_router host, every instance put in
 # rotation by the drain step after its readiness gate). Also runs by hand while such a fleet is up.
 #   1. the router URL and one chat completion through it,
-#   2. Prometheus (Debian's package, its blackbox exporter) on the first host with playbooks/monitoring.yml
+#   2. a bad drafter planted on the last host (standin.json accept_length 1.0 next to its drafter, the unit
+#      restarted between the product's drain steps: a drafter that degrades in the field; a rollout's gates
+#      would refuse it),
+#   3. one `ct200 status` table (the bad drafter breaks the acceptance rule: exit 1; ROUTER from the router),
+#   4. Prometheus (Debian's package, its blackbox exporter) on the first host with playbooks/monitoring.yml
 #      (short intervals for the demo), scraping every instance and the router,
-#   3. a bad drafter planted on the last host (standin.json accept_length 1.0 next to its drafter, the unit
-#      restarted: a drafter that degrades in the field; a rollout's gates would refuse it),
-#   4. one `ct200 status` table (the bad drafter breaks the acceptance rule: exit 1; ROUTER from the router),
 #   5. CT200AcceptLengthLow firing for the planted host (bounded wait).
 # Env: CT200_OBSERVE_PROM_PORT (19090), CT200_OBSERVE_BLACKBOX_PORT (19115), CT200_OBSERVE_RESTORE (1: put the good
 # drafter back at the end; the demo tears the fleet down instead), CT200_OBSERVE_WAIT (120 s for the alert).
@@ -50,35 +51,35 @@ else
   echo "   no router in this inventory (CT200_SANDBOX_TRAFFIC=router, group ct200_router): ROUTER shows '-'"
 fi
 
-drafter() {  # $1 host, $2 standin.json content or "" to remove it
+rotation() {  # $1 out|in, $2 host: the product's drain step (traffic.step) against the router, when there is one
+  [[ -n "${ROUTER_URL:-}" ]] || return 0
+  PYTHONPATH="$PWD/collections" python - "$1" "http://127.0.0.1:$(port_of "$2")" "$ROUTER_URL" <<'PY'
+import sys
+from ansible_collections.ct200.deploy.plugins.module_utils import traffic
+state, url, router = sys.argv[1:]
+print("   %s: %s" % (url, traffic.step("router", state, url, router=traffic.RouterClient(router), timeout=120)["reason"]))
+PY
+}
+drafter() {  # $1 host, $2 standin.json content or "" to remove it; drained around the restart
+  rotation out "$1"
   "$SANDBOX" exec "$1" -- sh -c '
     d=$(systemctl show -p ExecStart --value sglang@kimi | grep -o -- "--speculative-draft-model-path [^ ]*" | cut -d" " -f2)
     if [ -n "$0" ]; then echo "$0" > "$d/standin.json"; else rm -f "$d/standin.json"; fi
     systemctl restart sglang@kimi' "$2"
+  local port; port=$(port_of "$1")
+  for _ in $(seq 1 180); do curl -fsS --max-time 5 "http://127.0.0.1:$port/health_generate" >/dev/null 2>&1 && break; sleep 1; done
+  rotation in "$1"
 }
 restore() { [[ "${CT200_OBSERVE_RESTORE:-1}" == 1 ]] && { drafter "$BAD" "" >/dev/null 2>&1 || true; }; true; }
 trap restore EXIT
 
 echo
-echo "== 3b. Prometheus on $MON (Debian's prometheus and blackbox exporter), scraping every instance and the router"
-t0=$SECONDS
-ansible-playbook playbooks/monitoring.yml -i inventories/sandbox -e "ct200_monitoring_host=$MON" \
-  -e "monitoring_port=$PROM_PORT" -e "monitoring_blackbox_port=$BOX_PORT" -e monitoring_scrape_interval=2s \
-  -e monitoring_scrape_timeout=2s -e monitoring_evaluation_interval=2s -e monitoring_accept_for=10s \
-  > "${CT200_DEMO_STATE_DIR:-.cache/demo}/monitoring.log" 2>&1 \
-  || { tail -n 30 "${CT200_DEMO_STATE_DIR:-.cache/demo}/monitoring.log"; exit 1; }
-echo "   installed in $((SECONDS - t0)) s: http://127.0.0.1:$PROM_PORT/alerts"
-
-echo
-echo "== 3c. A bad drafter planted on $BAD (accepts nothing: accept_length 1.0), one completion per instance"
+echo "== 3b. A bad drafter planted on $BAD (accepts nothing: accept_length 1.0), one completion per instance"
 drafter "$BAD" '{"accept_length": 1.0}'
-for h in "${HOSTS[@]}"; do
-  port=$(port_of "$h")
-  for _ in $(seq 1 120); do curl -fsS --max-time 5 "http://127.0.0.1:$port/health_generate" >/dev/null 2>&1 && break; sleep 1; done
-  chat "http://127.0.0.1:$port" >/dev/null
-done
+for h in "${HOSTS[@]}"; do chat "http://127.0.0.1:$(port_of "$h")" >/dev/null; done
 
 echo
+echo "== 3c. One ct200 status table (ROUTER: the router's own worker list)"
 echo "\$ ct200 status -i inventories/sandbox"
 set +e
 # this checkout's fleet command (the `ct200` on PATH may be another checkout's editable install)
@@ -87,7 +88,19 @@ echo "(exit ${PIPESTATUS[0]}: non-zero, $BAD breaks the acceptance rule)"
 set -e
 
 echo
-echo "== 3d. The alert (Prometheus evaluates every 2 s; CT200AcceptLengthLow for: 10s)"
+echo "== 3d. Prometheus on $MON (Debian's prometheus and blackbox exporter), scraping every instance and the router"
+t0=$SECONDS
+# the sandbox hosts share this machine's ports: the packages' own services must not start on install
+"$SANDBOX" exec "$MON" -- sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d'
+ansible-playbook playbooks/monitoring.yml -i inventories/sandbox -e "ct200_monitoring_host=$MON" \
+  -e "monitoring_port=$PROM_PORT" -e "monitoring_blackbox_port=$BOX_PORT" -e monitoring_scrape_interval=2s \
+  -e monitoring_scrape_timeout=2s -e monitoring_evaluation_interval=2s -e monitoring_accept_for=10s \
+  > "${CT200_DEMO_STATE_DIR:-.cache/demo}/monitoring.log" 2>&1 \
+  || { tail -n 30 "${CT200_DEMO_STATE_DIR:-.cache/demo}/monitoring.log"; exit 1; }
+echo "   installed in $((SECONDS - t0)) s: http://127.0.0.1:$PROM_PORT/alerts"
+
+echo
+echo "== 3e. The alert (Prometheus evaluates every 2 s; CT200AcceptLengthLow for: 10s)"
 firing=""
 deadline=$((SECONDS + WAIT))
 while ((SECONDS < deadline)); do
@@ -102,3 +115,4 @@ for a in json.load(sys.stdin)["data"]["alerts"]:
 done
 [[ -n "$firing" ]] || { echo "CT200AcceptLengthLow did not fire within ${WAIT} s"; exit 1; }
 echo "$firing"
+echo "   (this step: $SECONDS s)"
