@@ -138,3 +138,27 @@ def test_the_roles_readiness_verdict_and_journal_tail_hold_no_key():
     printed = redact_filter(journal, [KEY])
     assert_no_secret(json.dumps(printed))
     assert printed[1] == journal[1]
+
+
+# --- the redaction itself ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("echo", [
+    KEY, urllib.parse.quote(KEY, safe=""), urllib.parse.quote(KEY), urllib.parse.quote_plus(KEY),
+    urllib.parse.quote(urllib.parse.quote(KEY, safe=""), safe=""), json.dumps({"k": KEY}), repr(KEY),
+    json.dumps(json.dumps({"authorization": "Bearer " + KEY})),  # JSON inside JSON: withheld whole
+    "".join("\\u%04x" % ord(c) for c in KEY),  # every character escaped: withheld whole
+    "Authorization: Bearer%20" + urllib.parse.quote(KEY, safe=""),
+])
+def test_redact_masks_a_known_key_in_every_encoding(echo):
+    from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact, shorten
+    out = redact("the router said: " + echo + " (HTTP 500)", [KEY])
+    assert_no_secret(out)
+    cut = shorten("x" * 95 + echo, 100, [KEY])  # redacted before the cut: no head of the key survives
+    assert "Zq7" not in cut and len(cut) <= 103
+
+
+def test_redact_masks_token_shapes_after_an_escape_and_leaves_plain_words():
+    from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
+    for text in ("x%22" + ECHO_HF_TOKEN, "token%3D" + ECHO_HF_TOKEN, "Bearer+abcdefghij", "api_key%3Dabcdefgh"):
+        assert "EchoedFrom" not in redact(text) and "abcdefgh" not in redact(text)
+    plain = "gate smoke failed: measured HTTP 500; fix: read journalctl -u sglang@kimi (hf_download, api_key option)"
+    assert redact(plain, [KEY]) == plain
