@@ -291,6 +291,7 @@ def main_extravars(args) -> dict:
         extravars["ct200_preflight_deep"] = True
     if args.command == "status":
         extravars["ct200_kimi_instance_vars"] = COLLECTION.playbook("vars/kimi_instance.yml")
+        extravars["ct200_traffic_vars"] = COLLECTION.playbook("vars/traffic.yml")  # the drain steps' router
     return extravars
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ansible_collections.ct200.deploy.plugins.module_utils import monitoring
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
 
 
 def instance_report(raw: dict | None, out) -> dict:
@@ -12,10 +13,14 @@ def instance_report(raw: dict | None, out) -> dict:
     raw = dict(raw or {})
     if isinstance(raw.get("prometheus"), dict) and "status" in raw["prometheus"]:
         raw["prometheus"] = monitoring.prometheus_accept_lengths(raw["prometheus"])
-    rows = monitoring.status_rows(raw)  # raw["rotation"]: the router's answer, '-' while absent
+    rows = monitoring.status_rows(raw)  # the ROUTER column: raw["traffic"], the router's own worker list
     if rows:
-        print("\n" + monitoring.status_table(rows), file=out)
+        # the one redaction, as every line the fleet command prints (a host's answers fill these cells)
+        print("\n" + redact(monitoring.status_table(rows)), file=out)
+        router = monitoring.router_summary(raw.get("traffic"))
+        if router:
+            print(redact(router), file=out)
         broken = ["%s/%s: %s" % (r["host"], r["instance"], "; ".join(r["verdict"])) for r in rows if r["verdict"]]
         if broken:
-            print("RULES BROKEN: " + " | ".join(broken), file=out)
+            print(redact("RULES BROKEN: " + " | ".join(broken)), file=out)
     return {"instances": rows, "instances_ok": not any(r["verdict"] for r in rows)}

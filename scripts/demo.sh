@@ -7,13 +7,21 @@
 # site) and ninja/numactl from a local apt repository. No GPU: the preflight reports GPUs
 # absent, and the SGLang process on the hosts is the test stand-in (installed from the
 # same wheelhouse) that validates its argv with SGLang's own parser.
+# Client traffic goes through sglang-router (ct200.deploy.router on the first host, every instance drained
+# through it) and Prometheus watches the fleet (ct200.deploy.monitoring): scripts/demo-observe.sh prints the
+# router URL, one `ct200 status` table and an alert firing on a planted bad drafter.
+# Env: CT200_DEMO_HOSTS (2), CT200_SANDBOX_TRAFFIC (router; none: no router), CT200_DEMO_NAME (sandbox host name
+# prefix), CT200_DEMO_STATE_DIR (.cache/demo), CT200_SANDBOX_STATE (the fleet's state file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
 . .venv/bin/activate
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 HOSTS=${CT200_DEMO_HOSTS:-2}
-STATE_DIR=$PWD/.cache/demo
+export CT200_SANDBOX_TRAFFIC=${CT200_SANDBOX_TRAFFIC:-router}
+STATE_DIR=${CT200_DEMO_STATE_DIR:-$PWD/.cache/demo}
+export CT200_DEMO_STATE_DIR=$STATE_DIR
+demo_t0=$SECONDS
 HUB_STATE=$STATE_DIR/localhub.json
 mkdir -p "$STATE_DIR"
 rm -f "$HUB_STATE"
@@ -38,7 +46,7 @@ echo "   $CT200_HF_ENDPOINT"
 
 echo "== sandbox fleet ($HOSTS hosts): bare, no GPU, no internet"
 scripts/sglang-wheelhouse.sh 0.5.23 >/dev/null   # sglang + CPU torch + parser deps + the stand-in wheel
-scripts/local-apt-repo.sh ninja-build numactl python3-apt nginx-light >/dev/null
+scripts/local-apt-repo.sh ninja-build numactl python3-apt nginx-light prometheus prometheus-blackbox-exporter >/dev/null
 # Each host's SGLang venv (2.3 GB installed) goes to a disk directory, not the hosts'
 # RAM overlay; emptied here so the runtime install is really shown.
 rm -rf "$STATE_DIR/disk" && mkdir -p "$STATE_DIR/disk"
@@ -47,7 +55,7 @@ binds=(--bind "$PWD/.cache/wheelhouse:/srv/wheelhouse:ro"
        --bind "$PWD/.cache/apt-repo:/srv/apt-repo:ro"
        --bind "$PWD/.cache/apt-repo/sources.list:/etc/apt/sources.list:ro"
        --bind "$STATE_DIR/disk:/srv/ct200-disk")
-tests/support/sandbox/sandbox.sh up "$HOSTS" "${binds[@]}"
+tests/support/sandbox/sandbox.sh up "$HOSTS" ${CT200_DEMO_NAME:+--name "$CT200_DEMO_NAME"} "${binds[@]}"
 
 run() { echo; echo "\$ $*"; "$@"; }
 
@@ -63,7 +71,7 @@ echo "   JSON: $STATE_DIR/preflight.json"
 echo
 echo "== 1. Deploy with a token that was granted access to the gated drafter (installs the SGLang runtime first)"
 run ansible-playbook deploy_kimi.yml -i inventories/sandbox --diff -e "ct200_preflight_json=$STATE_DIR/preflight.json" \
-  | tee "$STATE_DIR/deploy.log" | grep -E -A3 'TASK .*(pip install SGLang|smoke completion|one table)|PLAY RECAP' || true
+  | tee "$STATE_DIR/deploy.log" | grep -E -A3 'TASK .*(pip install SGLang|smoke completion|one table|client entry point)|PLAY RECAP' || true
 grep -Eq 'failed=[1-9]|unreachable=[1-9]' "$STATE_DIR/deploy.log" && { echo "deploy failed (log: $STATE_DIR/deploy.log)"; exit 1; }
 
 echo
@@ -78,10 +86,15 @@ run ansible-playbook deploy_kimi.yml -i inventories/sandbox --check -e "ct200_pr
 grep -Eq 'changed=[1-9]' "$STATE_DIR/check.log" && { echo "check mode predicted a change"; exit 1; }
 
 echo
-echo "== 3. The field failure: a token whose user never requested the drafter (refused before it is installed)"
+echo "== 3. Traffic and observability: the router, one ct200 status table, an alert on a planted bad drafter"
+CT200_OBSERVE_RESTORE=0 scripts/demo-observe.sh
+
+echo
+echo "== 4. The field failure: a token whose user never requested the drafter (refused before it is installed)"
 (umask 077; python -m localhub token never_requested > "$CT200_HF_TOKEN_FILE")
 if run ansible-playbook playbooks/verify_access.yml -i inventories/sandbox; then
   echo "expected the access check to refuse the drafter"; exit 1
 fi
 echo
-echo "demo: OK (preflight table, runtime install, deploy with a smoke completion, idempotent re-run, check mode, refused token)"
+echo "demo: OK in $((SECONDS - demo_t0)) s (preflight table, runtime install, deploy through the router with a smoke"
+echo "      completion, idempotent re-run, check mode, ct200 status, an alert on a bad drafter, refused token)"

@@ -8,9 +8,11 @@ from __future__ import annotations
 from ansible_collections.ct200.deploy.plugins.module_utils.sglang_verdict import readiness
 
 
-def sglang_readiness(completion, internal_states=None, algorithm="none", floor=1.0, warmups=0):
-    """Verdict on the smoke completion and, for DFLASH/DDTree, the drafter's accept length."""
-    return readiness(completion, internal_states, algorithm, floor, warmups)
+def sglang_readiness(completion, internal_states=None, algorithm="none", floor=1.0, warmups=0, secrets=None):
+    """Verdict on the smoke completion and, for DFLASH/DDTree, the drafter's accept length (redacted:
+    ``secrets`` are masked in the answer and the message in every encoding)."""
+    return readiness(completion, internal_states, algorithm, floor, warmups,
+                     [s for s in (secrets or []) if isinstance(s, str)])
 
 
 class FilterModule(object):

@@ -61,7 +61,7 @@ def check_auth(hf_api, resolved, endpoint):
         auth["message"] = "token of %s (%s)" % (auth["user"], auth["token_role"])
     except Exception as exc:  # classified below; the Hub's answer decides
         ctx = hf_errors.Context(endpoint=endpoint, token_sent=True, token_source=resolved.source,
-                                token_fingerprint=resolved.fingerprint)
+                                token_fingerprint=resolved.fingerprint, secrets=(resolved.token,))
         verdict = hf_errors.classify(exc, ctx)
         auth["status"] = "invalid" if verdict.code in ("invalid_token", "not_found") else "error"
         if auth["status"] == "invalid":
@@ -84,7 +84,8 @@ def check_repo(hf_api, repo, resolved, auth, endpoint):
                             token_sent=bool(resolved.token), token_source=resolved.source,
                             token_fingerprint=resolved.fingerprint, user=auth.get("user"),
                             token_role=auth.get("token_role"), can_read_gated=auth.get("can_read_gated_repos"),
-                            token_name=auth.get("token_name"))
+                            token_name=auth.get("token_name"),
+                            secrets=(resolved.token,) if resolved.token else ())
     result = dict(repo, gated=None, private=None, commit=None, access=None, accessible=False,
                   bytes=None, files=None, message=None, fix=None)
 

@@ -22,7 +22,7 @@ private or missing repo        401/404 RepoNotFound   not_found
 
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, field
 
 from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
 
@@ -60,6 +60,8 @@ class Context:
     token_role: str | None = None
     can_read_gated: bool | None = None
     token_name: str | None = None
+    # the token the request carried: masked in the message in every encoding (an upstream may echo it)
+    secrets: tuple = field(default=(), repr=False)
 
     def repo_url(self):
         prefix = "" if self.repo_type == "model" else self.repo_type + "s/"
@@ -125,8 +127,9 @@ def classify(exc: BaseException, ctx: Context | None = None) -> Verdict:
 
     The message quotes the server or the exception at times: it goes through the one redaction
     (an upstream may echo the token, a signed URL or credentials in any error channel)."""
-    verdict = _verdict(exc, ctx or Context())
-    verdict.message = redact(verdict.message)
+    ctx = ctx or Context()
+    verdict = _verdict(exc, ctx)
+    verdict.message = redact(verdict.message, ctx.secrets)
     return verdict
 
 

@@ -741,6 +741,7 @@ def error_context(opts):
         token_sent=bool(opts.token),
         token_source=opts.token_source,
         token_fingerprint=fingerprint(opts.token) if opts.token else None,
+        secrets=(opts.token,) if opts.token else (),
     )
 
 

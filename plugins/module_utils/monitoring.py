@@ -14,6 +14,9 @@ import json
 import math
 import re
 
+from ansible_collections.ct200.deploy.plugins.module_utils import traffic
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import shorten
+
 __metaclass__ = type
 
 # Thresholds shared by the alert rules (roles/monitoring defaults) and `ct200 status`.
@@ -73,7 +76,8 @@ def _port(value, what):
 
 def instance_endpoints(host, address, instances, defaults=None):
     """The scrape endpoints of one host's SGLang instances (the sglang_service_instances items, defaults
-    merged under each): [{"host", "instance", "address", "port", "model", "speculative", "min_accept_length"}].
+    merged under each): [{"host", "instance", "address", "port", "model", "speculative", "min_accept_length",
+    "listen"}] (``listen``: the configured listen address, before a wildcard is replaced by ``address``).
 
     ``address`` is how the monitoring host reaches this host (ansible_host). An instance listening on
     0.0.0.0/:: is scraped there; one on loopback only from the host itself (``address`` is then loopback)."""
@@ -90,7 +94,7 @@ def instance_endpoints(host, address, instances, defaults=None):
         if not _TARGET_NAME.match(name):
             raise MonitoringError("%s: instance name %r is missing or not a plain name" % (host, name))
         what = "%s/%s" % (host, name)
-        listen = spec.get("host") or "127.0.0.1"
+        listen = configured = str(spec.get("host") or "127.0.0.1")
         if _is_unspecified(listen):
             listen = address
         speculative = spec.get("speculative") or {}
@@ -101,6 +105,7 @@ def instance_endpoints(host, address, instances, defaults=None):
             "model": str(spec.get("served_model_name") or name),
             "speculative": algorithm.lower() not in ("", "none"),
             "min_accept_length": float(floor) if floor not in (None, "") else None,
+            "listen": configured,  # as configured: the router's worker URL follows the drain step's rule from it
         })
     return out
 
@@ -197,18 +202,18 @@ def parse_exposition(text):
             continue
         match = _LINE.match(line)
         if not match:
-            raise MonitoringError("/metrics line %d is not Prometheus text: %r" % (number, line[:120]))
+            raise MonitoringError("/metrics line %d is not Prometheus text: %s" % (number, shorten(repr(line), 120)))
         labels, rest = {}, match.group(3) or ""
         while rest.strip():
             label = _LABEL.match(rest)
             if not label:
-                raise MonitoringError("/metrics line %d has malformed labels: %r" % (number, line[:120]))
+                raise MonitoringError("/metrics line %d has malformed labels: %s" % (number, shorten(repr(line), 120)))
             labels[label.group(1)] = _unescape(label.group(2))
             rest = rest[label.end():]
         try:
             value = float(match.group(4))
         except ValueError:
-            raise MonitoringError("/metrics line %d has no number: %r" % (number, line[:120]))
+            raise MonitoringError("/metrics line %d has no number: %s" % (number, shorten(repr(line), 120)))
         samples.append((match.group(1), labels, value))
     return samples
 
@@ -278,7 +283,7 @@ def _cell(key, value):
     if key == "queue_reqs":
         return "%d" % int(value)
     if key == "in_rotation":
-        return "yes" if value else "no"
+        return value if isinstance(value, str) else ("yes" if value else "no")
     if key == "verdict":
         return "ok" if not value else "; ".join(value)
     return str(value)
@@ -313,11 +318,62 @@ def token_state(fingerprint, expected):
     return "in_sync" if fingerprint == expected else "drift"
 
 
+def router_cell(traffic_report, host, endpoint):
+    """What the ROUTER column says of one instance: True/False (the router's own worker list: registered and
+    healthy, i.e. it sends the instance traffic), 'external' / 'none' (ct200_traffic: nothing of the project's
+    routes it), or None when unknown (no router host, router unreachable: the report's router error says why).
+
+    traffic_report: {"mode", "router": router_workers' result (its "workers") or None};
+    host: the host's raw row ("traffic_address", "router_is_local"), as the drain step computes the worker URL."""
+    if not isinstance(traffic_report, dict):
+        return None
+    mode = traffic_report.get("mode")
+    if mode in ("external", "none"):
+        return mode
+    answer = traffic_report.get("router")
+    if mode != "router" or not isinstance(answer, dict) or not isinstance(answer.get("workers"), list):
+        return None
+    try:
+        url = traffic.worker_url(endpoint.get("listen"), host.get("traffic_address") or "", endpoint.get("port"),
+                                 bool(host.get("router_is_local")))
+    except traffic.TrafficError:
+        return False  # the router cannot reach it there, so it sends it nothing (the drain step refuses it too)
+    healthy = set()
+    for worker in answer["workers"]:
+        try:
+            if isinstance(worker, dict) and worker.get("healthy") is True:
+                healthy.add(traffic.normalize_url(worker.get("url")))
+        except traffic.TrafficError:
+            continue
+    return url in healthy
+
+
+def router_summary(traffic_report):
+    """One line on the router for under the table, or None (mode none, or no report)."""
+    if not isinstance(traffic_report, dict) or traffic_report.get("mode") in (None, "none"):
+        return None
+    mode = traffic_report["mode"]
+    if mode == "external":
+        return "ROUTER: ct200_traffic is external: the site's load balancer routes traffic (not asked)"
+    answer = traffic_report.get("router")
+    where = traffic_report.get("router_url") or "?"
+    if not traffic_report.get("router_host"):
+        return ("ROUTER: ct200_traffic is router but the inventory names no router host (ct200_router_host or group "
+                "ct200_router): no rotation is known")
+    if not isinstance(answer, dict) or not isinstance(answer.get("workers"), list):
+        error = (answer or {}).get("msg") if isinstance(answer, dict) else None
+        return "ROUTER %s on %s: no worker list (%s)" % (where, traffic_report["router_host"], error or "not asked")
+    healthy = sum(1 for w in answer["workers"] if isinstance(w, dict) and w.get("healthy") is True)
+    return "ROUTER %s on %s: %d worker(s) in rotation of %d listed" % (
+        where, traffic_report["router_host"], healthy, len(answer["workers"]))
+
+
 def status_rows(report, rules=None, in_rotation=None):
     """The rows of `ct200 status` from status.yml's raw report.
 
     report: {"expected_fingerprint": str|None, "prometheus": {"<host>/<instance>": accept_length} | None,
              "rotation": {"<host>/<instance>": bool} | None (the router's answer, traffic.rotation),
+             "traffic": {"mode", "router_host", "router_url", "router": router_workers' result} | None (router_cell),
              "hosts": [{"host", "fingerprint", "release_state", "release_records", "instances": [
                  {"endpoint": instance_endpoints item, "health_status": int, "metrics": str|None,
                   "server_info": dict|None}]}]}
@@ -362,6 +418,8 @@ def status_rows(report, rules=None, in_rotation=None):
                 row["in_rotation"] = None if rotation[key] is None else bool(rotation[key])
             elif in_rotation is not None:
                 row["in_rotation"] = in_rotation(row["host"], row["instance"])
+            elif report.get("traffic") is not None:
+                row["in_rotation"] = router_cell(report["traffic"], host, ep)
             row["verdict"] = instance_verdict(row, rules)
             rows.append(row)
     return rows

@@ -21,6 +21,10 @@ to a third. After the switch, in this order, each gate one decision here:
 
 ``evaluate`` returns ``{"ok", "gate", "measured", "cause", "fix", "msg", "figures"}``: the first
 failing gate with its measured value, or ok with every figure (decode_tok_s, accept_length).
+
+Every word of the instance that is quoted (an error body, the smoke answer) goes through the one redaction
+with the API key the client sent (``Client.secrets``) before it is cut, and the verdict is scrubbed again on
+its way out: a hostile or broken server may echo the request's ``Authorization`` header or its environment.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import urllib.request
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_verdict as verdict
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub, shorten
 
 GATES = ("health_generate", "smoke", "server_info", "throughput", "acceptance")
 ANSWER_LIMIT = 4 * 1024 * 1024
@@ -59,10 +64,10 @@ def judge_health(status: Optional[int], waited: float, detail: str = "") -> None
                          "run the rollout again")
 
 
-def judge_smoke(status: Optional[int], completion: Any, expect: str) -> str:
+def judge_smoke(status: Optional[int], completion: Any, expect: str, secrets=()) -> str:
     if status != 200:
         raise GateFailed("smoke", "HTTP %s" % status, "the smoke completion answered HTTP %s: %s"
-                         % (status, _short(completion)),
+                         % (status, _short(completion, secrets)),
                          "read the unit's journal for the request's error; a release that fails requests is not "
                          "served: fix it and run the rollout again")
     try:
@@ -71,8 +76,8 @@ def judge_smoke(status: Optional[int], completion: Any, expect: str) -> str:
         raise GateFailed("smoke", "empty answer", str(exc), "check the chat template and reasoning parser of the "
                          "new release")
     if expect and not re.search(expect, text):
-        raise GateFailed("smoke", _short(text), "the smoke completion's %s %r does not match %r: the release "
-                         "answers, but not what this model answers" % (field, text[:120], expect),
+        raise GateFailed("smoke", _short(text, secrets), "the smoke completion's %s %r does not match %r: the "
+                         "release answers, but not what this model answers" % (field, _short(text, secrets, 120), expect),
                          "check that the target weights are the model you meant (revision) and its chat template; "
                          "or set ct200_rollout_smoke_expect to what this model answers")
     return text
@@ -143,6 +148,7 @@ class Client(object):
     def __init__(self, base_url: str, api_key: Optional[str] = None, timeout: float = 300.0):
         self.base = base_url.rstrip("/")
         self.headers = {"Content-Type": "application/json"}
+        self.secrets = (api_key,) if api_key else ()  # what the instance may echo back: masked in every verdict
         if api_key:
             self.headers["Authorization"] = "Bearer %s" % api_key
         self.timeout = timeout
@@ -163,12 +169,14 @@ def _json(raw: bytes) -> Any:
     try:
         return json.loads(raw or b"null")
     except ValueError:
-        return raw[:200].decode("utf-8", "replace")
+        return raw[:4096].decode("utf-8", "replace")  # cut by _short, after the redaction
 
 
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)[:300]
-    return text[:200]
+def _short(value: Any, secrets=(), limit: int = 200) -> str:
+    """The instance's words as a message may quote them: redacted first, then cut (a cut first could keep the
+    head of a key that no rule recognises then)."""
+    text = value if isinstance(value, str) else json.dumps(value)[:1 << 16]
+    return shorten(text, limit, secrets)
 
 
 def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: str, smoke_expect: str = "",
@@ -178,13 +186,14 @@ def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: st
     """Run the gates in order against a switched instance; the verdict dict (see the module docstring)."""
     figures: Dict[str, Any] = {"decode_tok_s": None, "accept_length": None, "baseline_tok_s": baseline_tok_s}
     passed = []
+    secrets = getattr(client, "secrets", ())
     try:
         t0, status, detail = clock(), None, ""
         while True:
             status, answer = client.call("/health_generate", timeout=30)
             if status == 200:
                 break
-            detail = _short(answer) if status is None else ""
+            detail = _short(answer, secrets) if status is None else ""
             if clock() - t0 >= health_timeout:
                 break
             sleep(2)
@@ -193,7 +202,7 @@ def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: st
 
         status, answer = client.call("/v1/chat/completions", {
             "model": model, "messages": [{"role": "user", "content": SMOKE_PROMPT}], "max_tokens": 16})
-        judge_smoke(status, answer, smoke_expect)
+        judge_smoke(status, answer, smoke_expect, secrets)
         passed.append("smoke")
 
         status, info = client.call("/server_info")
@@ -209,7 +218,8 @@ def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: st
             elapsed = clock() - t1
             if status != 200:
                 raise GateFailed("throughput", "HTTP %s" % status, "a benchmark request answered HTTP %s: %s"
-                                 % (status, _short(answer)), "read the unit's journal for the request's error")
+                                 % (status, _short(answer, secrets)),
+                                 "read the unit's journal for the request's error")
             usage = answer.get("usage") if isinstance(answer, dict) and isinstance(answer.get("usage"), dict) else {}
             samples.append((int(usage.get("completion_tokens") or 0), elapsed))
         rate = decode_rate(samples)
@@ -222,9 +232,10 @@ def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: st
         figures["accept_length"] = judge_acceptance(states, min_accept_length, algorithm)
         passed.append("acceptance")
     except GateFailed as exc:
-        return {"ok": False, "gate": exc.gate, "measured": exc.measured, "cause": exc.cause, "fix": exc.fix,
-                "msg": "gate %s failed: measured %s; cause: %s; fix: %s" % (exc.gate, exc.measured, exc.cause, exc.fix),
-                "figures": figures, "passed": passed}
+        return scrub({"ok": False, "gate": exc.gate, "measured": exc.measured, "cause": exc.cause, "fix": exc.fix,
+                      "msg": "gate %s failed: measured %s; cause: %s; fix: %s" % (exc.gate, exc.measured, exc.cause,
+                                                                                  exc.fix),
+                      "figures": figures, "passed": passed}, secrets)
     return {"ok": True, "gate": None, "measured": None, "cause": None, "fix": None, "figures": figures,
             "passed": passed,
             "msg": "every gate passed: %s tok/s decode%s%s" % (
@@ -236,13 +247,15 @@ def measure(client: Client, model: str, bench_requests: int = 3, bench_tokens: i
             clock: Callable[[], float] = time.monotonic) -> Dict[str, Any]:
     """Only the throughput benchmark and the acceptance read (the serving release's figures, before a rollout)."""
     samples = []
+    secrets = getattr(client, "secrets", ())
     for _request in range(max(1, int(bench_requests))):
         t1 = clock()
         status, answer = client.call("/v1/chat/completions", {
             "model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}],
             "max_tokens": int(bench_tokens), "temperature": 0, "ignore_eos": True})
         if status != 200:
-            return {"decode_tok_s": None, "accept_length": None, "error": "HTTP %s: %s" % (status, _short(answer))}
+            return {"decode_tok_s": None, "accept_length": None,
+                    "error": "HTTP %s: %s" % (status, _short(answer, secrets))}
         usage = answer.get("usage") if isinstance(answer, dict) and isinstance(answer.get("usage"), dict) else {}
         samples.append((int(usage.get("completion_tokens") or 0), clock() - t1))
     rate = decode_rate(samples)
@@ -255,16 +268,17 @@ def measure(client: Client, model: str, bench_requests: int = 3, bench_tokens: i
             else None, "error": None}
 
 
-def failure_message(host: str, verdict_: Dict[str, Any], restored: Optional[str]) -> str:
-    """The rollout's one message for a failed gate on host (restored: the release it is back on)."""
-    return ("%s: gate %s failed, measured %s. Cause: %s. %s Fix: %s; then run ct200 rollout again (hosts already on "
+def failure_message(host: str, verdict_: Dict[str, Any], restored: Optional[str], secrets=()) -> str:
+    """The rollout's one message for a failed gate on host (restored: the release it is back on), redacted."""
+    text = ("%s: gate %s failed, measured %s. Cause: %s. %s Fix: %s; then run ct200 rollout again (hosts already on "
             "the new release are skipped)." % (
                 host, verdict_.get("gate"), verdict_.get("measured"), verdict_.get("cause"),
                 ("The host is back on its previous release %s and serves." % restored) if restored
                 else "The host could not be moved back (no previous release recorded).", verdict_.get("fix")))
+    return scrub(text, secrets)
 
 
-def switch_failure(task_name: str, msg: str) -> Dict[str, Any]:
+def switch_failure(task_name: str, msg: str, secrets=()) -> Dict[str, Any]:
     """A verdict for a switch that failed inside the role's run path (the instance never came up)."""
     text = "%s %s" % (task_name or "", msg or "")
     if "wait until healthy" in text:
@@ -280,6 +294,6 @@ def switch_failure(task_name: str, msg: str) -> Dict[str, Any]:
     else:
         gate, measured = "switch", "failed"
     return {"ok": False, "gate": gate, "measured": measured,
-            "cause": "the new release did not come up in the role's run path: %s" % _short(msg or task_name),
+            "cause": "the new release did not come up in the role's run path: %s" % _short(msg or task_name, secrets),
             "fix": "read the journal tail printed above for the new release's error, fix the release (revision, "
                    "SGLang version, flags)"}

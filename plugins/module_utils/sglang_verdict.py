@@ -24,6 +24,8 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
+
 SPECULATIVE = ("dflash", "ddtree")
 CGROUP_LIMIT = 64 * 1024  # /proc/PID/cgroup is a few lines; more is not what we expect
 COMPUTE_APPS_QUERY = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
@@ -77,8 +79,11 @@ def accept_length(internal_states: Any, floor: float, warmups: int) -> float:
 
 
 def readiness(completion: Any, internal_states: Any, algorithm: str, floor: float = 1.0,
-              warmups: int = 0) -> Dict[str, Any]:
-    """The role's verdict: ``ok``, ``msg`` and what was read (answer field and text, accept length)."""
+              warmups: int = 0, secrets=()) -> Dict[str, Any]:
+    """The role's verdict: ``ok``, ``msg`` and what was read (answer field and text, accept length).
+
+    The answer and any value quoted in ``msg`` are the instance's words, which the role prints: redacted
+    (``secrets``: the API key the requests carried, every encoding; token shapes without it)."""
     out: Dict[str, Any] = {"ok": False, "msg": "", "answer_field": None, "answer": None, "accept_length": None}
     try:
         out["answer_field"], out["answer"] = smoke_answer(completion)
@@ -86,11 +91,11 @@ def readiness(completion: Any, internal_states: Any, algorithm: str, floor: floa
             out["accept_length"] = accept_length(internal_states, float(floor), int(warmups))
     except VerdictError as exc:
         out["msg"] = str(exc)
-        return out
+        return scrub(out, secrets)
     out["ok"] = True
     out["msg"] = "answered in %s%s" % (out["answer_field"], "" if out["accept_length"] is None
                                        else ", drafter accepts %.2f tokens per step" % out["accept_length"])
-    return out
+    return scrub(out, secrets)
 
 
 def _shape(value: Any) -> str:

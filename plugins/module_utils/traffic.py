@@ -33,9 +33,13 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact, shorten
+
 MODES = ("router", "external", "none")
 STATES = ("out", "in")
 READ_LIMIT = 4 << 20  # a /workers answer of 4 MiB is not a router's
+ERROR_BODY_LIMIT = 4096  # bytes of an error answer read; at most ERROR_QUOTE characters of it are quoted
+ERROR_QUOTE = 300
 PLACEHOLDERS = ("host", "url", "name")
 
 
@@ -139,6 +143,8 @@ class RouterClient(object):
                  clock: Callable[[], float] = time.monotonic):
         self.base_url = normalize_url(base_url)
         self.api_key = api_key or None
+        # what the router may echo back (an error body quoting the request): masked in every message
+        self.secrets = [k for k in (self.api_key,) if k]
         self.timeout = timeout
         self._open = opener or urllib.request.build_opener().open
         self._sleep = sleep
@@ -158,10 +164,11 @@ class RouterClient(object):
                 status = resp.status
         except urllib.error.HTTPError as exc:
             status = exc.code
-            raw = exc.read(4096) if hasattr(exc, "read") else b""
+            raw = exc.read(ERROR_BODY_LIMIT) if hasattr(exc, "read") else b""
         except (urllib.error.URLError, OSError) as exc:
             raise TrafficError("router %s is unreachable (%s %s: %s): start it (systemctl start ct200-router) "
-                               "or fix ct200_router_url" % (self.base_url, method, path, getattr(exc, "reason", exc))) from None
+                               "or fix ct200_router_url" % (self.base_url, method, path,
+                                                            redact(str(getattr(exc, "reason", exc)), self.secrets))) from None
         if len(raw) > READ_LIMIT:
             raise TrafficError("router %s answered %s %s with more than %d bytes: is it sglang-router?"
                                % (self.base_url, method, path, READ_LIMIT))
@@ -169,8 +176,11 @@ class RouterClient(object):
             raise TrafficError("router %s refused %s %s (401): the router's API key (ct200_router_api_key, the "
                                "instances' key by default) is missing or wrong" % (self.base_url, method, path))
         if status >= 400:
-            raise TrafficError("router %s answered %s %s with HTTP %d: %s" % (
-                self.base_url, method, path, status, raw[:300].decode("utf-8", "replace")))
+            # the router's own words, redacted before they are cut (a cut could keep the head of a key)
+            said = shorten(raw[:ERROR_BODY_LIMIT].decode("utf-8", "replace"), ERROR_QUOTE, self.secrets)
+            raise TrafficError("router %s answered %s %s with HTTP %d (the router said: %s): read journalctl -u "
+                               "ct200-router on the router host; the request was the project's /workers API of "
+                               "sglang-router 0.3.2 (router_version)" % (self.base_url, method, path, status, said))
         try:
             return json.loads(raw or b"{}")
         except ValueError:
@@ -216,6 +226,8 @@ class RouterClient(object):
         body = {"url": normalize_url(url)}
         if api_key:
             body["api_key"] = api_key
+            if api_key not in self.secrets:
+                self.secrets.append(api_key)  # the worker's key is in this request's body: masked in what comes back
         if self.find(url) is None:
             self._request("POST", "/workers", body)
         return self._wait(url, lambda w: bool(w and w.get("is_healthy")), timeout, "become a healthy worker")
@@ -224,8 +236,9 @@ class RouterClient(object):
 def rotation(router_url: str, urls: Sequence[str], api_key: Optional[str] = None, timeout: float = 5.0,
              opener: Optional[Opener] = None) -> Dict[str, Any]:
     """For ``ct200 status``: {"router": URL, "reachable": bool, "error": str|None,
-    "instances": {url: {"in_rotation": bool, "registered": bool, "healthy": bool, "load": int|None}}}."""
-    result = {"router": router_url, "reachable": False, "error": None, "instances": {}}
+    "instances": {url: {"in_rotation": bool, "registered": bool, "healthy": bool, "load": int|None}},
+    "workers": [{"url", "healthy"}] (every worker the router lists, its URL normalized)}."""
+    result = {"router": router_url, "reachable": False, "error": None, "instances": {}, "workers": []}
     try:
         workers = RouterClient(router_url, api_key, timeout=timeout, opener=opener).workers()
     except TrafficError as exc:
@@ -240,11 +253,15 @@ def rotation(router_url: str, urls: Sequence[str], api_key: Optional[str] = None
             by_url[normalize_url(worker["url"])] = worker
         except TrafficError:
             continue
+    result["workers"] = [{"url": url, "healthy": bool(w.get("is_healthy") is True)} for url, w in sorted(by_url.items())]
     for url in urls:
         worker = by_url.get(normalize_url(url))
         healthy = bool(worker and worker.get("is_healthy"))
+        load = worker.get("load") if worker else None
+        # only a number leaves: any other value is the router's free text (a hostile one may echo the key in it)
+        load = load if isinstance(load, (int, float)) and not isinstance(load, bool) else None
         result["instances"][url] = {"in_rotation": healthy, "registered": worker is not None, "healthy": healthy,
-                                    "load": worker.get("load") if worker else None}
+                                    "load": load}
     return result
 
 

@@ -223,7 +223,8 @@ def _whoami(module, token):
     except Exception as exc:  # the Hub's answer decides, through the one classifier
         return None, hf_errors.classify(exc, hf_errors.Context(endpoint=endpoint, token_sent=True,
                                                                token_source="the token option",
-                                                               token_fingerprint=fingerprint(token)))
+                                                               token_fingerprint=fingerprint(token),
+                                                               secrets=(token,)))
 
 
 def _validate(module, token, result):

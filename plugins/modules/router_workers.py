@@ -67,11 +67,17 @@ out_of_rotation:
   returned: always
   type: list
   elements: str
+workers:
+  description: Every worker the router lists, C(url) (as the router stores it) and C(healthy) (it sends it traffic).
+  returned: success
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ct200.deploy.plugins.module_utils import traffic
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 
 def main():
@@ -81,7 +87,8 @@ def main():
                                           "timeout": {"type": "int", "default": 10}},
                            supports_check_mode=True)
     p = module.params
-    got = traffic.rotation(p["router_url"], p["urls"], p["api_key"], timeout=p["timeout"])
+    # the one redaction at the way out too: the router's words may quote the key in any encoding
+    got = scrub(traffic.rotation(p["router_url"], p["urls"], p["api_key"], timeout=p["timeout"]), [p["api_key"]])
     if not got["reachable"]:
         if module.check_mode:
             module.exit_json(changed=False, instances=got["instances"], in_rotation=[], out_of_rotation=list(p["urls"]),
@@ -89,7 +96,7 @@ def main():
         module.fail_json(msg=got["error"], instances=got["instances"])
     inside = [u for u, v in got["instances"].items() if v["in_rotation"]]
     module.exit_json(changed=False, instances=got["instances"], in_rotation=inside,
-                     out_of_rotation=[u for u in p["urls"] if u not in inside])
+                     out_of_rotation=[u for u in p["urls"] if u not in inside], workers=got["workers"])
 
 
 if __name__ == "__main__":

@@ -138,6 +138,7 @@ passed:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_gate as gate
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 
 def main():
@@ -169,14 +170,15 @@ def main():
                              % (p["min_ratio"], p["bench_requests"], p["bench_tokens"]))
     client = gate.Client(p["base_url"], p["api_key"])
     if p["mode"] == "measure":
-        figures = gate.measure(client, p["model"], p["bench_requests"], p["bench_tokens"])
+        figures = scrub(gate.measure(client, p["model"], p["bench_requests"], p["bench_tokens"]), client.secrets)
         module.exit_json(changed=False, ok=figures["error"] is None, gate=None, measured=None, cause=figures["error"],
                          fix=None, figures=dict(empty, **{k: figures[k] for k in ("decode_tok_s", "accept_length")}),
                          passed=[], msg="measured %s tok/s decode" % figures["decode_tok_s"])
     result = gate.evaluate(client, p["model"], p["expected"], p["algorithm"], p["smoke_expect"],
                            p["min_accept_length"], p["baseline_tok_s"], p["min_ratio"], p["bench_requests"],
                            p["bench_tokens"], p["health_timeout"])
-    module.exit_json(changed=False, **result)
+    # the instance's words, redacted on the way out (every encoding of the key the client sent)
+    module.exit_json(changed=False, **scrub(result, client.secrets))
 
 
 if __name__ == "__main__":

@@ -141,6 +141,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.ct200.deploy.plugins.module_utils import traffic
+from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact, scrub
 
 
 def main():
@@ -165,6 +166,7 @@ def main():
         required_one_of=[("url", "port")],
         supports_check_mode=True)
     p = module.params
+    secrets = [p["api_key"]] if p["api_key"] else []  # masked in every encoding in what this module returns
     try:
         if not p["url"]:
             p["url"] = traffic.worker_url(p["listen"], p["address"], p["port"], p["router_is_local"])
@@ -180,8 +182,9 @@ def main():
                 module.exit_json(**result)
             rc, out, err = module.run_command(argv)
             if rc != 0:
+                said = redact((err or out).strip(), secrets)[-400:]  # redacted before the cut
                 module.fail_json(msg="the site's traffic command %s failed (rc %d): %s; fix it or the load balancer, then "
-                                     "re-run" % (argv[0], rc, (err or out).strip()[-400:]), **result)
+                                     "re-run" % (argv[0], rc, said), **result)
             module.exit_json(**result)
         router = None
         if p["mode"] == "router" and p["router_url"]:
@@ -192,9 +195,9 @@ def main():
             time.sleep(p["settle"])
     except traffic.TrafficError as exc:
         if module.check_mode:  # a dry run on a site whose router is not installed yet
-            module.exit_json(changed=False, action="unknown", url=p["url"], reason="check mode: %s" % exc)
-        module.fail_json(msg=str(exc))
-    module.exit_json(**result)
+            module.exit_json(changed=False, action="unknown", url=p["url"], reason=redact("check mode: %s" % exc, secrets))
+        module.fail_json(msg=redact(str(exc), secrets))
+    module.exit_json(**scrub(result, secrets))
 
 
 if __name__ == "__main__":

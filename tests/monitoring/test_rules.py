@@ -48,7 +48,7 @@ def test_promtool_checks_rules_and_config(rendered):
     result = promtool("check", "rules", str(rendered / "rules" / "ct200.rules.yml"),
                       str(rendered / "rules" / "floors.rules.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 13 rules found" in result.stdout  # 6 recording rules + 7 alerts
+    assert "SUCCESS: 14 rules found" in result.stdout  # 6 recording rules + 8 alerts
     assert "SUCCESS: 3 rules found" in result.stdout  # one floor per speculative instance
     result = promtool("check", "config", str(rendered / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr

@@ -197,3 +197,74 @@ class HostilePeer(_Base):
     def stop(self):
         self.stopping.set()
         super().stop()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A router / SGLang instance that echoes what it was sent (issue 14's control plane and rollout gates)
+ECHO_HF_TOKEN = "hf_" + "EchoedFromTheServersEnv0123456789"  # what a server that leaks its environment would say
+
+
+def echo_text(request_text):
+    """The hostile answer's words: ``request_text`` (the Authorization header, the request body) as it is,
+    URL-encoded, JSON inside JSON, with the server's HF token, at offsets that straddle every cut the
+    product makes (120, 200, 300 characters), so a cut before the redaction would keep a key's head."""
+    encoded = urllib.parse.quote(request_text, safe="")
+    nested = json.dumps(json.dumps({"authorization": request_text}))
+    parts = ["p" * 100, request_text, " ", "q" * 60, encoded, " ", "r" * 70, request_text, " ", nested,
+             " HF_TOKEN=%s token%%3D%s" % (ECHO_HF_TOKEN, ECHO_HF_TOKEN)]
+    return "".join(parts)
+
+
+class _EchoHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _send(self, status, payload):
+        body = (payload if isinstance(payload, str) else json.dumps(payload)).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _said(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(min(length, 1 << 20)).decode("utf-8", "replace") if length else ""
+        return "%s %s" % (self.headers.get("Authorization") or "", body)
+
+    def do_GET(self):
+        self._route("GET")
+
+    def do_POST(self):
+        self._route("POST")
+
+    def do_DELETE(self):
+        self._route("DELETE")
+
+    def _route(self, method):
+        owner, said = self.server.owner, self._said()
+        owner.seen.append((method, self.path, self.headers.get("Authorization")))
+        path = urllib.parse.urlsplit(self.path).path
+        if path == "/health_generate":
+            return self._send(200, {})
+        if owner.mode == "error":  # every other path: an error body quoting the request
+            return self._send(owner.status, {"error": echo_text(said), "detail": echo_text(said)})
+        if path == "/workers":  # a 200 /workers answer with the echo in every free-text field
+            return self._send(200, {"workers": [{"id": echo_text(said), "url": owner.worker_url, "is_healthy": True,
+                                                 "load": echo_text(said), "model_id": echo_text(said)}]})
+        if path == "/v1/chat/completions":  # 200: the answer's content is the echo
+            return self._send(200, {"choices": [{"message": {"content": echo_text(said)}, "finish_reason": "stop"}],
+                                    "usage": {"completion_tokens": 8}})
+        return self._send(404, {"error": echo_text(said)})
+
+
+class EchoServer(_Base):
+    """``mode`` ``error``: every path but /health_generate answers ``status`` with the request echoed;
+    ``ok``: 200 answers (``/workers``, ``/v1/chat/completions``) with the echo in their free text."""
+    handler = _EchoHandler
+
+    def __init__(self, mode="error", status=500, worker_url="http://127.0.0.1:1"):
+        self.mode, self.status, self.worker_url = mode, status, worker_url
+        self.seen = []

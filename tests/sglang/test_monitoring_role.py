@@ -87,6 +87,7 @@ def test_role_scrapes_alerts_is_idempotent_and_removes(host, bad_drafter):
     standin_port, prom_port = bad_drafter
     extra = {"ct200_monitoring_host": HOST, "monitoring_port": prom_port, "monitoring_scrape_interval": "1s",
              "monitoring_scrape_timeout": "1s", "monitoring_evaluation_interval": "1s", "monitoring_accept_for": "5s",
+             "monitoring_blackbox_port": free_port(),  # the sandbox shares the machine's ports
              "sglang_service_instances": [{"name": "kimi", "port": standin_port, "host": "127.0.0.1",
                                            "served_model_name": "kimi-k2.6", "speculative": {"algorithm": "dflash"}}]}
     rc, out = playbook(host, extra)
@@ -105,6 +106,14 @@ def test_role_scrapes_alerts_is_idempotent_and_removes(host, bad_drafter):
                            "User,ProtectSystem,NoNewPrivileges", "ct200-prometheus"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert "User=prometheus" in unit.stdout and "ProtectSystem=strict" in unit.stdout, unit.stdout + unit.stderr
+    # the /health_generate probe: Debian's blackbox exporter in its own hardened unit, the stand-in's probe a success
+    box = subprocess.run([SANDBOX, "exec", "--state", str(host), HOST, "--", "systemctl", "show", "-p",
+                          "ActiveState,User,ProtectSystem", "ct200-blackbox"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert "ActiveState=active" in box.stdout and "User=prometheus" in box.stdout, box.stdout + box.stderr
+    with urllib.request.urlopen("http://127.0.0.1:%d/probe?module=http_2xx&target=http://127.0.0.1:%d/health_generate"
+                                % (extra["monitoring_blackbox_port"], standin_port), timeout=30) as answer:
+        assert "probe_success 1" in answer.read().decode()
 
     rc, out = playbook(host, extra, "--skip-tags", "prepare")
     assert rc == 0, out[-4000:]

@@ -20,21 +20,39 @@ ROOT = os.path.join(REPO, ".cache", "prometheus-root")
 ROLE = os.path.join(REPO, "roles", "monitoring")
 
 
+PACKAGES = {"prometheus": "prometheus", "promtool": "prometheus",
+            "prometheus-blackbox-exporter": "prometheus-blackbox-exporter"}
+
+
 def binary(name: str) -> str:
-    """Path of Debian's /usr/bin/NAME (prometheus or promtool), unpacked on first use."""
+    """Path of Debian's /usr/bin/NAME (prometheus, promtool or prometheus-blackbox-exporter), unpacked on first
+    use from its package (the one the monitoring role installs)."""
     path = os.path.join(ROOT, "usr", "bin", name)
     if os.access(path, os.X_OK):
         return path
+    package = PACKAGES[name]
     os.makedirs(os.path.dirname(ROOT), exist_ok=True)
     with open(ROOT + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.access(path, os.X_OK):
-            if not glob.glob(os.path.join(APT_REPO, "prometheus_*.deb")):
-                subprocess.run([os.path.join(REPO, "scripts", "local-apt-repo.sh"), "prometheus"], check=True,
+            if not glob.glob(os.path.join(APT_REPO, package + "_*.deb")):
+                subprocess.run([os.path.join(REPO, "scripts", "local-apt-repo.sh"), package], check=True,
                                capture_output=True, timeout=600)
-            deb = sorted(glob.glob(os.path.join(APT_REPO, "prometheus_*.deb")))[-1]
+            deb = sorted(glob.glob(os.path.join(APT_REPO, package + "_*.deb")))[-1]
             subprocess.run(["dpkg-deb", "-x", deb, ROOT], check=True, timeout=300)
     return path
+
+
+def start_blackbox(config_dir, port: int, **over):
+    """Debian's blackbox exporter on 127.0.0.1:PORT with the role's rendered blackbox.yml: the Popen."""
+    config_dir = str(config_dir)
+    os.makedirs(config_dir, exist_ok=True)
+    config = os.path.join(config_dir, "blackbox.yml")
+    with open(config, "w", encoding="utf-8") as handle:
+        handle.write(render("blackbox.yml.j2", **over))
+    log = open(os.path.join(config_dir, "blackbox.log"), "w", encoding="utf-8")  # pylint: disable=consider-using-with
+    return subprocess.Popen([binary("prometheus-blackbox-exporter"), "--config.file=" + config,
+                             "--web.listen-address=127.0.0.1:%d" % port], stdout=log, stderr=log)
 
 
 def role_defaults(**over) -> dict:

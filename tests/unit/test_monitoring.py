@@ -15,7 +15,7 @@ def test_endpoints_wildcard_is_scraped_at_the_hosts_address_and_defaults_merge()
     eps = mon.instance_endpoints("h1", "10.0.0.1", [KIMI, {"name": "small", "port": "30001", "host": "10.0.0.9"}],
                                  defaults={"min_accept_length": 2.5})
     assert eps[0] == {"host": "h1", "instance": "kimi", "address": "10.0.0.1", "port": 30000, "model": "kimi-k2.6",
-                      "speculative": True, "min_accept_length": 2.5}
+                      "speculative": True, "min_accept_length": 2.5, "listen": "0.0.0.0"}
     assert eps[1]["address"] == "10.0.0.9" and eps[1]["speculative"] is False and eps[1]["model"] == "small"
 
 
@@ -139,3 +139,47 @@ def test_prometheus_answer():
         {"metric": {"ct200_host": "h2"}, "value": [1, "3"]}]}}
     assert mon.prometheus_accept_lengths(answer) == {"h1/kimi": 1.25}
     assert mon.prometheus_accept_lengths({"status": "error"}) == {}
+
+
+def _router_report(mode, workers=None, router_host="r1"):
+    answer = None if workers is None else {"workers": workers, "failed": False}
+    return {"mode": mode, "router_host": router_host, "router_url": "http://127.0.0.1:30080", "router": answer}
+
+
+@pytest.mark.parametrize("listen, host, workers, want", [
+    # a wildcard listener is the host's traffic address in the router, as the drain step registered it
+    ("0.0.0.0", {"traffic_address": "10.0.0.5"}, [{"url": "http://10.0.0.5:30000", "healthy": True}], True),
+    ("0.0.0.0", {"traffic_address": "10.0.0.5"}, [{"url": "http://10.0.0.5:30000/", "healthy": False}], False),
+    ("0.0.0.0", {"traffic_address": "10.0.0.5"}, [{"url": "http://10.0.0.6:30000", "healthy": True}], False),
+    # loopback: the worker URL exists only for a router on the same host (or shared loopback)
+    ("127.0.0.1", {"traffic_address": "10.0.0.5", "router_is_local": True},
+     [{"url": "http://127.0.0.1:30000", "healthy": True}], True),
+    ("127.0.0.1", {"traffic_address": "10.0.0.5", "router_is_local": False},
+     [{"url": "http://127.0.0.1:30000", "healthy": True}], False),
+])
+def test_router_column_is_the_routers_own_worker_list(listen, host, workers, want):
+    ep = dict(mon.instance_endpoints("h1", "127.0.0.1", [dict(KIMI, host=listen)])[0])
+    assert mon.router_cell(_router_report("router", workers), host, ep) is want
+
+
+def test_router_column_external_none_and_unknown():
+    ep = mon.instance_endpoints("h1", "127.0.0.1", [KIMI])[0]
+    assert mon.router_cell(_router_report("external"), {}, ep) == "external"
+    assert mon.router_cell(_router_report("none"), {}, ep) == "none"
+    assert mon.router_cell(_router_report("router"), {}, ep) is None  # no worker list: unknown, not "no"
+    assert mon.router_cell(None, {}, ep) is None
+    assert "no router host" in mon.router_summary(_router_report("router", router_host=""))
+    unreachable = _router_report("router")
+    unreachable["router"] = {"failed": True, "msg": "router http://127.0.0.1:30080 is unreachable"}
+    assert "unreachable" in mon.router_summary(unreachable)
+    assert "1 worker(s) in rotation of 2" in mon.router_summary(_router_report("router", [
+        {"url": "http://10.0.0.5:30000", "healthy": True}, {"url": "http://10.0.0.6:30000", "healthy": False}]))
+    assert mon.router_summary(_router_report("none")) is None
+
+
+def test_status_table_router_cells():
+    report = {"traffic": _router_report("external"), "hosts": [{"host": "h1", "fingerprint": "none", "instances": [
+        {"endpoint": mon.instance_endpoints("h1", "127.0.0.1", [KIMI])[0], "health_status": 200}]}]}
+    (row,) = mon.status_rows(report)
+    assert row["in_rotation"] == "external" and "healthy but out of rotation" not in row["verdict"]
+    assert mon.status_table([row]).splitlines()[1].split()[-2] == "external"
