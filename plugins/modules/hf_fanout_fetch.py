@@ -271,8 +271,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
 from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials
-from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import shared_spec
-from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DownloadError
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import Options, shared_spec
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import DownloadError
 from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 # the options shared with hf_download come from its spec (one default each); the rest are the fan-out's own
@@ -311,8 +311,6 @@ def _fetcher(module):
                                  fix="pass the seed's listing (commit, files), the site's peers and this host's name")
     sources = fanout.peer_sources(p["peers"], p["host"], p["seed"], p["fanout"], p["seed_fanout"])
     if p["use_hub"]:
-        from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import Options
-
         opts = Options(repo_id=p["repo_id"], local_dir=p["local_dir"], repo_type=p["repo_type"], endpoint=p["endpoint"])
         opts.validate()
         sources.append(fanout.hub_source(opts.endpoint, p["token"]))
