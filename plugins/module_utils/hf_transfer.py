@@ -165,21 +165,6 @@ def resolve_for_snapshot(opts):
     return Hub(opts).resolve(opts.revision), 2 if opts.verify != "full" else 1
 
 
-def resolve_for_snapshot(opts):
-    """(commit, network calls) of ``opts.revision`` before the snapshot directory is chosen."""
-    if is_commit(opts.revision):
-        return opts.revision, 0
-    if opts.offline:
-        raise DownloadError(
-            "HF_HUB_OFFLINE is set and revision %r of %s is not a commit: with layout snapshots the directory is "
-            "chosen by the commit" % (opts.revision, opts.repo_id), code="offline",
-            fix="pin revision to the 40-hex commit of the snapshot already downloaded, or unset HF_HUB_OFFLINE")
-    commit = None if opts.verify == "full" else lean_resolve(opts, timeout=min(opts.api_timeout, 30.0))
-    if commit is not None:
-        return commit, 1
-    return Hub(opts).resolve(opts.revision), 2 if opts.verify != "full" else 1
-
-
 class _RunState(object):
     """What the steps of one locked run hand on: the manifest, the warnings, the network calls, the times."""
 
