@@ -36,6 +36,18 @@ GATED_SCOPE_TOKEN_URL = "https://huggingface.co/settings/tokens/new?canReadGated
 GATED_REQUESTS_URL = "https://huggingface.co/settings/gated-repos"
 
 
+class DownloadError(Exception):
+    """Operator-facing failure of hf_download and the fan-out: ``code`` (this vocabulary or a local one),
+    ``message`` and ``fix``, like a Verdict, raised where the run stops."""
+
+    def __init__(self, message, code="error", fix="", details=None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fix = fix
+        self.details = details or {}
+
+
 @dataclass
 class Verdict:
     code: str

@@ -162,38 +162,11 @@ def link_planned(local_dir, plan, manifest, commit, lock_factory, warnings):
         if pf.link_from[0] not in sources:
             sources.append(pf.link_from[0])
     try:
-        for source in sources:
-            try:
-                source.lock = lock_factory(source.path)
-                fresh = hf_manifest.Manifest.load(source.path)  # as it is now, under its lock
-                source.manifest = fresh if not fresh.warning else None
-            except Exception as exc:  # pylint: disable=broad-except  # busy or unreadable: its files are fetched
-                source.lock, source.manifest = None, None
-                warnings.append("not reusing files of %s (%s): they are fetched" % (source.path, exc))
-        linked = 0
+        _lock_sources(sources, lock_factory, warnings)
         own_device = _device(local_dir)
+        linked = 0
         for index, pf in enumerate(todo):
-            source, path, entry = pf.link_from
-            now = source.manifest.entry(path) if source.manifest is not None else None
-            outcome = None
-            if now == entry:
-                try:
-                    outcome = _link_one(local_dir, pf, "link-%d.ct200link" % index)
-                except (OSError, UnsafePathError) as exc:
-                    if not isinstance(exc, OSError) or exc.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM,
-                                                                         errno.ENOENT, errno.EACCES):
-                        raise
-                    warnings.append("could not hard-link %s from %s (%s): fetched instead" % (pf.path, source.path, exc))
-            if outcome is None:
-                pf.action, pf.reason, pf.link_from = "fetch", "missing (its kept copy changed or is busy)", None
-                continue
-            before, after = outcome
-            manifest.record(pf.path, after, entry["sha256"], pf.oid, commit, entry.get("sample"), hashed=True)
-            for other in sources:
-                if other.manifest is not None and other.device == own_device:
-                    other.manifest.refresh_ctime(before.st_ino, before.st_mtime_ns, entry["ctime_ns"], after.st_ctime_ns)
-            pf.reason = "hard-linked from %s (unchanged oid)" % source.path
-            linked += pf.size
+            linked += _link_planned_file(local_dir, pf, index, sources, own_device, manifest, commit, warnings)
         for source in sources:
             if source.manifest is not None and source.manifest.dirty:
                 source.manifest.save()
@@ -203,3 +176,40 @@ def link_planned(local_dir, plan, manifest, commit, lock_factory, warnings):
             if source.lock is not None:
                 source.lock.release()
                 source.lock = None
+
+
+def _lock_sources(sources, lock_factory, warnings):
+    """Each source's lock and its manifest as it is now, under that lock; a busy or unreadable one is left out."""
+    for source in sources:
+        try:
+            source.lock = lock_factory(source.path)
+            fresh = hf_manifest.Manifest.load(source.path)  # as it is now, under its lock
+            source.manifest = fresh if not fresh.warning else None
+        except Exception as exc:  # pylint: disable=broad-except  # busy or unreadable: its files are fetched
+            source.lock, source.manifest = None, None
+            warnings.append("not reusing files of %s (%s): they are fetched" % (source.path, exc))
+
+
+def _link_planned_file(local_dir, pf, index, sources, own_device, manifest, commit, warnings):
+    """Hard-link one planned file if its source still vouches for it (bytes linked), else plan it "fetch" (0)."""
+    source, path, entry = pf.link_from
+    now = source.manifest.entry(path) if source.manifest is not None else None
+    outcome = None
+    if now == entry:
+        try:
+            outcome = _link_one(local_dir, pf, "link-%d.ct200link" % index)
+        except (OSError, UnsafePathError) as exc:
+            if not isinstance(exc, OSError) or exc.errno not in (errno.EXDEV, errno.EMLINK, errno.EPERM,
+                                                                 errno.ENOENT, errno.EACCES):
+                raise
+            warnings.append("could not hard-link %s from %s (%s): fetched instead" % (pf.path, source.path, exc))
+    if outcome is None:
+        pf.action, pf.reason, pf.link_from = "fetch", "missing (its kept copy changed or is busy)", None
+        return 0
+    before, after = outcome
+    manifest.record(pf.path, after, entry["sha256"], pf.oid, commit, entry.get("sample"), hashed=True)
+    for other in sources:
+        if other.manifest is not None and other.device == own_device:
+            other.manifest.refresh_ctime(before.st_ino, before.st_mtime_ns, entry["ctime_ns"], after.st_ctime_ns)
+    pf.reason = "hard-linked from %s (unchanged oid)" % source.path
+    return pf.size

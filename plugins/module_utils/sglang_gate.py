@@ -35,7 +35,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_verdict as verdict
 from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub, shorten
@@ -179,6 +179,25 @@ def _short(value: Any, secrets=(), limit: int = 200) -> str:
     return shorten(text, limit, secrets)
 
 
+def bench(client: Client, model: str, bench_requests: int, bench_tokens: int,
+          clock: Callable[[], float]) -> Tuple[List[Tuple[int, float]], Optional[Tuple[Any, Any]]]:
+    """The throughput benchmark, one request after the other: ``(samples, refused)``, samples the (completion
+    tokens, seconds) of each answered request, refused ``(status, answer)`` of the first request not answered
+    200 (the benchmark stops there), else None.  The gate and ``measure`` judge the same requests."""
+    samples = []
+    for _request in range(max(1, int(bench_requests))):
+        t1 = clock()
+        status, answer = client.call("/v1/chat/completions", {
+            "model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}],
+            "max_tokens": int(bench_tokens), "temperature": 0, "ignore_eos": True})
+        elapsed = clock() - t1
+        if status != 200:
+            return samples, (status, answer)
+        usage = answer.get("usage") if isinstance(answer, dict) and isinstance(answer.get("usage"), dict) else {}
+        samples.append((int(usage.get("completion_tokens") or 0), elapsed))
+    return samples, None
+
+
 def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: str, smoke_expect: str = "",
              min_accept_length: Optional[float] = None, baseline_tok_s: Optional[float] = None,
              min_ratio: float = 0.8, bench_requests: int = 3, bench_tokens: int = 128, health_timeout: float = 60,
@@ -209,19 +228,11 @@ def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: st
         judge_server_info(info if status == 200 else {}, expected)
         passed.append("server_info")
 
-        samples = []
-        for _request in range(max(1, int(bench_requests))):
-            t1 = clock()
-            status, answer = client.call("/v1/chat/completions", {
-                "model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}],
-                "max_tokens": int(bench_tokens), "temperature": 0, "ignore_eos": True})
-            elapsed = clock() - t1
-            if status != 200:
-                raise GateFailed("throughput", "HTTP %s" % status, "a benchmark request answered HTTP %s: %s"
-                                 % (status, _short(answer, secrets)),
-                                 "read the unit's journal for the request's error")
-            usage = answer.get("usage") if isinstance(answer, dict) and isinstance(answer.get("usage"), dict) else {}
-            samples.append((int(usage.get("completion_tokens") or 0), elapsed))
+        samples, refused = bench(client, model, bench_requests, bench_tokens, clock)
+        if refused:
+            status, answer = refused
+            raise GateFailed("throughput", "HTTP %s" % status, "a benchmark request answered HTTP %s: %s"
+                             % (status, _short(answer, secrets)), "read the unit's journal for the request's error")
         rate = decode_rate(samples)
         figures["decode_tok_s"] = round(rate, 3) if rate else rate
         judge_throughput(rate, baseline_tok_s, float(min_ratio))
@@ -246,18 +257,12 @@ def evaluate(client: Client, model: str, expected: Dict[str, Any], algorithm: st
 def measure(client: Client, model: str, bench_requests: int = 3, bench_tokens: int = 128,
             clock: Callable[[], float] = time.monotonic) -> Dict[str, Any]:
     """Only the throughput benchmark and the acceptance read (the serving release's figures, before a rollout)."""
-    samples = []
     secrets = getattr(client, "secrets", ())
-    for _request in range(max(1, int(bench_requests))):
-        t1 = clock()
-        status, answer = client.call("/v1/chat/completions", {
-            "model": model, "messages": [{"role": "user", "content": BENCH_PROMPT}],
-            "max_tokens": int(bench_tokens), "temperature": 0, "ignore_eos": True})
-        if status != 200:
-            return {"decode_tok_s": None, "accept_length": None,
-                    "error": "HTTP %s: %s" % (status, _short(answer, secrets))}
-        usage = answer.get("usage") if isinstance(answer, dict) and isinstance(answer.get("usage"), dict) else {}
-        samples.append((int(usage.get("completion_tokens") or 0), clock() - t1))
+    samples, refused = bench(client, model, bench_requests, bench_tokens, clock)
+    if refused:
+        status, answer = refused
+        return {"decode_tok_s": None, "accept_length": None,
+                "error": "HTTP %s: %s" % (status, _short(answer, secrets))}
     rate = decode_rate(samples)
     status, info = client.call("/server_info")
     states = info.get("internal_states") if status == 200 and isinstance(info, dict) else None

@@ -574,6 +574,17 @@ def snapshot_path(root, commit):
     return "%s/snapshots/%s" % (str(root).rstrip("/"), commit)
 
 
+def instance_dir(staged_dirs, name, models_dir, repo_id, commits):
+    """The weights directory an instance serves for one repository: the weights role's result
+    (``model_weights_dirs[name]``) when it ran, else the snapshot of the commit the preflight resolved
+    (a phase tag that skipped the weights role), else a path that names the missing commit."""
+    staged = (staged_dirs or {}).get(name) if isinstance(staged_dirs, dict) else None
+    if staged:
+        return staged
+    commit = (commits or {}).get(repo_id) if isinstance(commits, dict) else None
+    return "%s/%s/snapshots/%s" % (str(models_dir).rstrip("/"), repo_id, commit or "unresolved-commit")
+
+
 def staged_repos(repos, plans, listings):
     """The repositories as staged: ``local_dir`` their snapshot of the commit this run deploys (``root_dir`` the
     repository's root); ``dirs`` name -> snapshot (model_weights_dirs); ``models`` what weight_peer serves."""

@@ -173,29 +173,9 @@ options:
       - Unused when the manifest already vouches for every selected file at that commit.
     type: list
     elements: dict
-  layout:
-    description:
-      - C(flat) writes the files into O(local_dir) itself.
-      - C(snapshots) takes O(local_dir) as the repository's root and writes the commit O(revision) resolves to into
-        C(<local_dir>/snapshots/<commit>/) (a branch or tag is resolved first); RV(local_dir) is that directory.
-        Each commit gets its own directory beside the kept ones, so a new commit is staged while the old one serves.
-      - Whatever the layout, a O(local_dir) named C(.../snapshots/<commit40>) is a snapshot, once complete never
-        written with another commit's files (C(snapshot_mismatch)); its verified files are made read-only (0444),
-        and every file whose oid is unchanged versus a sibling snapshot is hard-linked from it instead of downloaded.
-    type: str
-    choices: [flat, snapshots]
-    default: flat
-  reuse_dirs:
-    description:
-      - More kept directories of the same repository (besides the sibling snapshots, found automatically) whose
-        verified files are hard-linked instead of downloaded when their oid is unchanged.
-      - A file is reused only if that directory's own manifest vouches for it as hashed against the oid after its last
-        change and its stat (inode, size, mtime, ctime) is still the recorded one, checked again right before the link
-        under that directory's lock. A symlink is never followed; a busy or changed source is fetched from instead.
-    type: list
-    elements: path
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ct200.deploy.hf_layout
 attributes:
   check_mode:
     support: full

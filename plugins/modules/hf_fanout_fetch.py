@@ -154,27 +154,8 @@ options:
         size string such as C(10GB) or C(512MiB).
     type: raw
     default: 10GB
-  layout:
-    description:
-      - C(flat) writes the files into O(local_dir) itself.
-      - C(snapshots) takes O(local_dir) as the repository's root and writes the commit O(commit) names into
-        C(<local_dir>/snapshots/<commit>/).
-        Each commit gets its own directory beside the kept ones, so a new commit is staged while the old one serves.
-      - Whatever the layout, a O(local_dir) named C(.../snapshots/<commit40>) is a snapshot, once complete never
-        written with another commit's files (C(snapshot_mismatch)); its verified files are made read-only (0444),
-        and every file whose oid is unchanged versus a sibling snapshot is hard-linked from it instead of downloaded.
-    type: str
-    choices: [flat, snapshots]
-    default: flat
-  reuse_dirs:
-    description:
-      - More kept directories of the same repository (besides the sibling snapshots, found automatically) whose
-        verified files are hard-linked instead of downloaded when their oid is unchanged.
-      - A file is reused only if that directory's own manifest vouches for it as hashed against the oid after its last
-        change and its stat (inode, size, mtime, ctime) is still the recorded one, checked again right before the link
-        under that directory's lock. A symlink is never followed; a busy or changed source is fetched from instead.
-    type: list
-    elements: path
+extends_documentation_fragment:
+  - ct200.deploy.hf_layout
 notes:
   - Check mode (O(mode=fetch)) reports the files that would be fetched and writes nothing.
 """
@@ -275,8 +256,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
 from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import url_credentials
-from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import shared_spec
-from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DownloadError
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import Options, shared_spec
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import DownloadError
 from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
 # the options shared with hf_download come from its spec (one default each); the rest are the fan-out's own
@@ -315,8 +296,6 @@ def _fetcher(module):
                                  fix="pass the seed's listing (commit, files), the site's peers and this host's name")
     sources = fanout.peer_sources(p["peers"], p["host"], p["seed"], p["fanout"], p["seed_fanout"])
     if p["use_hub"]:
-        from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import Options
-
         opts = Options(repo_id=p["repo_id"], local_dir=p["local_dir"], repo_type=p["repo_type"], endpoint=p["endpoint"])
         opts.validate()
         sources.append(fanout.hub_source(opts.endpoint, p["token"]))

@@ -128,7 +128,7 @@ def main():
                                  p["unit_dir"], p["proc_root"])
         warnings = list(result["warnings"])
         if result["delete"] and not module.check_mode:
-            from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DirLock
+            from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_lock import DirLock
 
             warnings += release_gc.apply(result, lambda path: DirLock(path, 0).acquire())
     except (release_gc.GcError, UnsafePathError, OSError) as exc:

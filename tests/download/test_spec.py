@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """hf_download's options are defined once (plugins/module_utils/hf_download_spec.py).
 
-The module's DOCUMENTATION, the hf_transfer.Options defaults and validation, and the
+The module's DOCUMENTATION (with its doc fragments), the Options defaults and validation, and the
 model_weights role's meta/argument_specs.yml and defaults/main.yml must all agree with it.
 """
 
@@ -31,6 +31,22 @@ def _role_options():
     return _load(ROLE, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
 
 
+def _documented_options(module):
+    """The module's documented options with the collection's doc fragments merged in (as ansible-doc merges them:
+    the module's own keys win), so an option documented once in plugins/doc_fragments counts for each module."""
+    import importlib
+
+    doc = yaml.safe_load(module.DOCUMENTATION)
+    options = {}
+    for name in doc.get("extends_documentation_fragment") or []:
+        if name.startswith("ct200.deploy."):
+            fragment = importlib.import_module("ansible_collections.ct200.deploy.plugins.doc_fragments." + name.split(".")[2])
+            options.update(yaml.safe_load(fragment.ModuleDocFragment.DOCUMENTATION)["options"])
+    for name, own in doc["options"].items():
+        options[name] = dict(options.get(name) or {}, **own)
+    return options
+
+
 def _same(want, got, key):
     if key == "required":
         return bool(want) == bool(got)
@@ -47,7 +63,7 @@ def test_module_uses_the_one_spec():
 
 
 def test_documentation_matches_the_spec():
-    docs = yaml.safe_load(hf_download.DOCUMENTATION)["options"]
+    docs = _documented_options(hf_download)
     assert set(docs) == set(spec.ARGUMENT_SPEC)
     problems = ["%s.%s: spec %r, docs %r" % (name, key, opt.get(key), docs[name].get(key))
                 for name, opt in spec.ARGUMENT_SPEC.items() for key in KEYS
@@ -112,6 +128,16 @@ def test_choices_are_validated_from_the_spec(tmp_path):
             assert choice in err.value.message
 
 
+def test_layout_and_reuse_dirs_are_documented_once_in_the_fragment():
+    from ansible_collections.ct200.deploy.plugins.modules import hf_fanout_fetch
+
+    for module in (hf_download, hf_fanout_fetch):
+        own = yaml.safe_load(module.DOCUMENTATION)
+        assert "ct200.deploy.hf_layout" in own["extends_documentation_fragment"]
+        assert not set(own["options"]) & {"layout", "reuse_dirs"}, module.__name__
+        assert _documented_options(module)["layout"]["choices"] == spec.LAYOUTS
+
+
 def test_fanout_fetch_takes_the_shared_options_from_this_spec():
     """hf_fanout_fetch declares no option of hf_download's again: same type, choices, default, no_log
     (it had max_workers 4 and stall_timeout 30 against hf_download's 8 and 60)."""
@@ -121,7 +147,7 @@ def test_fanout_fetch_takes_the_shared_options_from_this_spec():
     both = sorted(set(fetch) & set(spec.ARGUMENT_SPEC))
     assert both == sorted(spec.FANOUT_SHARED)
     assert [name for name in both if fetch[name] != spec.ARGUMENT_SPEC[name]] == []
-    docs = yaml.safe_load(hf_fanout_fetch.DOCUMENTATION)["options"]
+    docs = _documented_options(hf_fanout_fetch)
     assert set(docs) == set(fetch)
     problems = ["%s.%s: spec %r, docs %r" % (name, key, opt.get(key), docs[name].get(key))
                 for name, opt in fetch.items() for key in KEYS if not _same(opt.get(key), docs[name].get(key), key)]

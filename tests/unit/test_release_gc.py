@@ -142,7 +142,7 @@ def test_a_missing_current_record_stops_the_collection(host):
 
 
 def test_a_snapshot_being_downloaded_is_kept(host):
-    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer import DirLock
+    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_lock import DirLock
 
     lock = DirLock(host["s"][5]).acquire()
     try:

@@ -78,6 +78,30 @@ def test_each_bad_release_fails_its_own_gate_with_the_measured_value():
     assert out["gate"] == "health_generate" and clock.now >= 20 and "/v1/chat/completions" not in never.calls
 
 
+class RefusesBench(Instance):
+    """Answers the smoke request and the first benchmark request, then HTTP 500."""
+
+    def call(self, path, body=None, timeout=None):
+        if path == "/v1/chat/completions" and self.calls.count(path) >= 2:
+            self.calls.append(path)
+            return 500, {"error": "CUDA out of memory"}
+        return super().call(path, body, timeout)
+
+
+def test_gate_and_measure_stop_the_benchmark_at_the_first_refused_request():
+    clock = Clock()
+    inst = RefusesBench(clock)
+    out = run(inst, clock, bench_requests=3)
+    assert not out["ok"] and out["gate"] == "throughput" and out["measured"] == "HTTP 500"
+    assert "CUDA out of memory" in out["cause"] and inst.calls.count("/v1/chat/completions") == 3  # smoke + 2
+    clock = Clock()
+    figures = gate.measure(RefusesBench(clock), "kimi-k2.6", bench_requests=3, bench_tokens=32, clock=clock)
+    assert figures["decode_tok_s"] is None and figures["error"].startswith("HTTP 500: ")
+    clock = Clock()
+    good = gate.measure(Instance(clock), "kimi-k2.6", bench_requests=2, bench_tokens=32, clock=clock)
+    assert good == {"decode_tok_s": 40.0, "accept_length": 3.5, "error": None}
+
+
 def test_the_rollouts_message_names_host_gate_value_cause_fix_and_where_the_host_is():
     clock = Clock()
     result = run(Instance(clock, accept=1.0), clock)
