@@ -173,18 +173,30 @@ def complete_repos(probe):
             if isinstance(r, dict) and r.get("planning") == "manifest"]
 
 
+def host_dir(dirs, host, name):
+    """The host's own directory: ``dirs`` is one path for every host or {host: path} (its host var, None when
+    unset). The stage runs once for the fleet, so a path read from one host would be wrong for another."""
+    value = dirs.get(host) if isinstance(dirs, dict) else dirs
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise PlanError("%s: %s is %r, not an absolute path; fix: set %s to an absolute directory in the inventory"
+                        % (host, name, value, name))
+    return value.rstrip("/") or "/"
+
+
 def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, models_dir, config_dir, commits=None):
-    """Per host what it lacks and where the fit check reads configs; the fleet's fetch list (in repo
-    order) and the trees to list for it (at the resolved commits); whether access must be proven
-    (something to fetch, or a host without the inventory token)."""
+    """Per host what it lacks and where its fit check reads configs (its own ``models_dir`` and ``config_dir``:
+    one path, or {host: path}); the fleet's fetch list (in repo order) and the trees to list for it (at the
+    resolved commits); whether access must be proven (something to fetch, or a host without the inventory token)."""
     per_host, lacking = {}, set()
     commits = commits or {}
 
-    def complete_dir(repo_id):  # a complete repository is read from its snapshot of the resolved commit
-        root = "%s/%s" % (models_dir, repo_id)
+    def complete_dir(models, repo_id):  # a complete repository is read from its snapshot of the resolved commit
+        root = "%s/%s" % (models, repo_id)
         return "%s/snapshots/%s" % (root, commits[repo_id]) if commits.get(repo_id) else root
 
     for host in hosts:
+        models = host_dir(models_dir, host, "ct200_models_dir")
+        configs = host_dir(config_dir, host, "ct200_preflight_cache_dir")
         done = complete_repos(probes.get(host))
         incomplete = [r for r in repo_ids if r not in done]
         lacking.update(incomplete)
@@ -192,7 +204,7 @@ def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, mod
         per_host[host] = {
             "incomplete": incomplete,
             "token_in_place": held is not None and held == expected_fingerprint,
-            "config_dirs": dict((r, "%s/%s" % (config_dir, r) if r in incomplete else complete_dir(r)) for r in repo_ids)}
+            "config_dirs": dict((r, "%s/%s" % (configs, r) if r in incomplete else complete_dir(models, r)) for r in repo_ids)}
     fetch = [r for r in repo_ids if r in lacking]
     in_place = all(h["token_in_place"] for h in per_host.values())
     return {"hosts": per_host, "fetch": fetch, "prove_access": bool(fetch) or not in_place,

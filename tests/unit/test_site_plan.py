@@ -161,6 +161,21 @@ def test_fetch_list_in_repo_order_and_access_only_when_needed():
     assert other_token["prove_access"] is True
 
 
+def test_each_host_reads_and_fetches_configs_in_its_own_dirs():
+    """The stage runs once for the fleet: each host's models and config dirs are its own, not the first host's."""
+    got = sp.fetch_plan(["o/t", "o/d"], ["h1", "h2"], {"h1": probe("o/t"), "h2": probe("o/t")}, {}, "sha256:x",
+                        {"h1": "/m1", "h2": "/m2/"}, {"h1": "/c1", "h2": "/c2"}, {"o/t": "c" * 40})
+    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/m1/o/t/snapshots/" + "c" * 40, "o/d": "/c1/o/d"}
+    assert got["hosts"]["h2"]["config_dirs"] == {"o/t": "/m2/o/t/snapshots/" + "c" * 40, "o/d": "/c2/o/d"}
+
+
+@pytest.mark.parametrize("models", [{"h1": "/m"}, {"h1": "/m", "h2": "models"}, {"h1": "/m", "h2": ""}])
+def test_a_host_without_an_absolute_models_dir_is_refused_by_name(models):
+    with pytest.raises(sp.PlanError) as err:
+        sp.fetch_plan(["o/t"], ["h1", "h2"], {}, {}, "sha256:x", models, "/c")
+    assert str(err.value).startswith("h2: ct200_models_dir is ") and "fix: set ct200_models_dir" in str(err.value)
+
+
 def test_a_host_without_a_probe_lacks_everything():
     got = sp.fetch_plan(["o/t"], ["h1"], {}, {}, "sha256:x", "/m", "/c")
     assert got["hosts"]["h1"]["incomplete"] == ["o/t"] and got["hosts"]["h1"]["token_in_place"] is False
