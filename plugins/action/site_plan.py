@@ -80,6 +80,10 @@ class ActionModule(ActionBase):
     def _stage_host_plan(self, args, task_vars):
         return site_plan.host_plan(args.get("plan"))
 
+    def _stage_known_plan(self, args, task_vars):
+        return {"plan": site_plan.known_plan(list(args.get("repos") or []), args.get("fetch"), args.get("plan"),
+                                             args.get("verify"))}
+
     def _stage_report(self, args, task_vars):
         layout = self._layout(args, task_vars)
         names = dict(args.get("host_vars") or {})

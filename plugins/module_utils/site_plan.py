@@ -33,7 +33,7 @@ VAULT_FIX = "create and encrypt the vault (README: Vault)"
 NOT_NEEDED = "not needed: nothing to fetch"
 
 
-STAGES = ["site", "token", "fetch", "hub", "host_plan", "staged", "report", "jobs", "outcome", "fanout_result"]
+STAGES = ["site", "token", "fetch", "hub", "host_plan", "known_plan", "staged", "report", "jobs", "outcome", "fanout_result"]
 
 # the options of the ct200.deploy.site_plan action (its module stub declares exactly these)
 ARGUMENT_SPEC = dict(
@@ -67,6 +67,7 @@ ARGUMENT_SPEC = dict(
     finished=dict(type="list", elements="dict"),
     port=dict(type="int", default=8790),
     dirs=dict(type="dict"),
+    verify=dict(type="str"),
 )
 
 
@@ -171,6 +172,28 @@ def complete_repos(probe):
     """Repositories a host's offline manifest probe (hf_download check mode, a loop) found complete."""
     return [r.get("item", {}).get("repo_id") for r in (probe or {}).get("results") or []
             if isinstance(r, dict) and r.get("planning") == "manifest"]
+
+
+def known_plan(repos, fetch, probe, verify):
+    """The preflight's offline probe of this host (hf_download check mode over the same repositories) as its weights
+    plan, instead of a second probe, when it is one: the site fetches nothing (``fetch`` empty: every host's probe
+    found every repository complete at its resolved commit), the plan would verify as the probe did (sha256), and
+    the probe covers exactly ``repos`` (same repo_id, local_dir and commit, in order, no file patterns). Else None:
+    the role plans anew."""
+    if fetch is None or list(fetch) or verify not in ("sha256", "full") or not isinstance(probe, dict):
+        return None
+    results = [r for r in probe.get("results") or [] if isinstance(r, dict)]
+    if not repos or len(results) != len(repos):
+        return None
+    for repo, result in zip(repos, results):
+        item = result.get("item") if isinstance(result.get("item"), dict) else {}
+        same = (item.get("repo_id") == repo.get("repo_id")
+                and str(item.get("local_dir") or "").rstrip("/") == str(repo.get("local_dir") or "").rstrip("/")
+                and result.get("commit") == repo.get("revision") and not repo.get("allow_patterns")
+                and not repo.get("ignore_patterns"))
+        if not same or result.get("planning") != "manifest" or result.get("failed") or not isinstance(result.get("disk"), dict):
+            return None
+    return {"results": [dict(result, item=repo) for repo, result in zip(repos, results)], "reused": "preflight"}
 
 
 def host_dir(dirs, host, name):

@@ -323,3 +323,45 @@ def test_staged_repos_point_every_later_step_at_the_commits_snapshot():
     started = [{"results": [{"ansible_job_id": "j1", "item": {"item": repos[1]}}]}]
     jobs = sp.wait_jobs("h1", {"fanout": True, "seed": "h0"}, started, got["dirs"])
     assert jobs[0]["progress_file"] == got["dirs"]["drafter"] + "/.ct200/progress.json"
+
+
+WEIGHTS_REPOS = [{"name": "target", "repo_id": "o/t", "revision": "c" * 40, "local_dir": "/m/o/t", "listing": None},
+                 {"name": "drafter", "repo_id": "o/d", "revision": "d" * 40, "local_dir": "/m/o/d", "listing": None}]
+
+
+def complete_probe(**changes):
+    results = [{"item": {"name": r["name"], "repo_id": r["repo_id"], "local_dir": r["local_dir"] + "/"},
+                "commit": r["revision"], "planning": "manifest", "files": 3, "bytes_total": 9,
+                "disk": {"needed_bytes": 0}} for r in WEIGHTS_REPOS]
+    for index, change in changes.items():
+        results[int(index[1:])].update(change)
+    return {"results": results, "changed": False}
+
+
+def test_the_preflight_probe_stands_as_the_weights_plan_on_a_no_op():
+    got = sp.known_plan(WEIGHTS_REPOS, [], complete_probe(), "sha256")
+    assert [r["item"] for r in got["results"]] == WEIGHTS_REPOS  # the role's items, for its later tasks
+    assert [r["commit"] for r in got["results"]] == ["c" * 40, "d" * 40]
+    # what the role's later stages read from it: the snapshot dirs and nothing to fetch or to fit on the disk
+    assert sp.staged_repos(WEIGHTS_REPOS, got["results"], [])["dirs"] == {
+        "target": "/m/o/t/snapshots/" + "c" * 40, "drafter": "/m/o/d/snapshots/" + "d" * 40}
+    assert sp.host_plan(got)["to_download"] == []
+
+
+@pytest.mark.parametrize("fetch, probe, verify", [
+    (["o/d"], complete_probe(), "sha256"),                        # some host lacks a repository: plan anew
+    (None, complete_probe(), "sha256"),                           # no preflight decision
+    ([], complete_probe(), "size"),                               # the role would verify otherwise than the probe
+    ([], complete_probe(r1={"planning": "hub"}), "sha256"),       # not complete by the manifest
+    ([], complete_probe(r1={"commit": "e" * 40}), "sha256"),      # another commit
+    ([], complete_probe(r0={"item": {"repo_id": "o/t", "local_dir": "/x/o/t"}}), "sha256"),  # another directory
+    ([], {"results": complete_probe()["results"][:1]}, "sha256"),  # not every repository
+    ([], {"skipped": True, "results": []}, "sha256"),             # the probe did not run
+])
+def test_the_role_plans_anew_unless_the_probe_is_its_plan(fetch, probe, verify):
+    assert sp.known_plan(WEIGHTS_REPOS, fetch, probe, verify) is None
+
+
+def test_file_patterns_make_the_role_plan_anew():
+    repos = [dict(WEIGHTS_REPOS[0], allow_patterns=["*.json"]), WEIGHTS_REPOS[1]]
+    assert sp.known_plan(repos, [], complete_probe(), "sha256") is None
