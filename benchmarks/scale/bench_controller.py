@@ -302,7 +302,7 @@ def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list) -> None:
 def run(args) -> dict:
     sizes = tuple(sorted(args.sizes)) if args.sizes else QUICK_SIZES if args.quick else SIZES
     root = Path(args.reuse) if args.reuse else Path(tempfile.mkdtemp(prefix="ct200-bench-scale-"))
-    hosts = Hosts(root, max(max(sizes), args.hosts or 0))
+    hosts = Hosts(root, max(*sizes, args.hosts or 0))
     results: dict = {"label": args.label, "quick": args.quick, "sizes": list(sizes), "forks": args.forks,
                      "hosts": "ansible_connection=local, per-host paths under one tmp root", "tags": DEPLOY_TAGS,
                      "noop_deploy": {}}

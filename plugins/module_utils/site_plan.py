@@ -191,7 +191,7 @@ def known_plan(repos, fetch, probe, verify):
                 and str(item.get("local_dir") or "").rstrip("/") == str(repo.get("local_dir") or "").rstrip("/")
                 and result.get("commit") == repo.get("revision") and not repo.get("allow_patterns")
                 and not repo.get("ignore_patterns"))
-        if not same or result.get("planning") != "manifest" or result.get("failed") or not isinstance(result.get("disk"), dict):
+        if not same or result.get("planning") != "manifest" or result.get("failed"):
             return None
     return {"results": [dict(result, item=repo) for repo, result in zip(repos, results)], "reused": "preflight"}
 

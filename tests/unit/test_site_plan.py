@@ -331,8 +331,8 @@ WEIGHTS_REPOS = [{"name": "target", "repo_id": "o/t", "revision": "c" * 40, "loc
 
 def complete_probe(**changes):
     results = [{"item": {"name": r["name"], "repo_id": r["repo_id"], "local_dir": r["local_dir"] + "/"},
-                "commit": r["revision"], "planning": "manifest", "files": 3, "bytes_total": 9,
-                "disk": {"needed_bytes": 0}} for r in WEIGHTS_REPOS]
+                "commit": r["revision"], "planning": "manifest", "files": 3, "bytes_total": 9}  # no disk: no Hub asked
+               for r in WEIGHTS_REPOS]
     for index, change in changes.items():
         results[int(index[1:])].update(change)
     return {"results": results, "changed": False}
@@ -354,6 +354,7 @@ def test_the_preflight_probe_stands_as_the_weights_plan_on_a_no_op():
     ([], complete_probe(), "size"),                               # the role would verify otherwise than the probe
     ([], complete_probe(r1={"planning": "hub"}), "sha256"),       # not complete by the manifest
     ([], complete_probe(r1={"commit": "e" * 40}), "sha256"),      # another commit
+    ([], complete_probe(r0={"failed": True}), "sha256"),          # the probe failed there
     ([], complete_probe(r0={"item": {"repo_id": "o/t", "local_dir": "/x/o/t"}}), "sha256"),  # another directory
     ([], {"results": complete_probe()["results"][:1]}, "sha256"),  # not every repository
     ([], {"skipped": True, "results": []}, "sha256"),             # the probe did not run
