@@ -68,7 +68,8 @@ RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 # cores, or the waves of the play, whichever is longer, plus the fixed part of one run
 ESTIMATE_FORMULA = ("T(1000, forks 50) = T_fixed + max(1000 * c_ctrl / cores, waves * t_task) with c_ctrl = controller "
                     "CPU per host (slope of controller CPU over N, modules excluded), cores = 4 (a small AWX node), "
-                    "waves = host_tasks * ceil(1000 / 50), t_task = 1.0 s (one task over SSH with pipelining), "
+                    "waves = host_tasks * ceil(1000 / 50) with host_tasks = module runs per host (round trips; controller-only "
+                    "tasks are in c_ctrl), t_task = 1.0 s (one task over SSH with pipelining), "
                     "T_fixed = controller CPU of a run at N = 0 (intercept)")
 ESTIMATE_CORES = 4
 ESTIMATE_T_TASK = 1.0
@@ -147,16 +148,19 @@ class Hosts:
         path.write_text(yaml.safe_dump({"all": {"children": {"ct200": {"hosts": hosts, "vars": group_vars}}}}))
         return path
 
-    def module_cpu(self) -> float:
-        """CPU seconds of the modules the hosts ran since the last call (children of their interpreter wrappers)."""
-        total = 0.0
+    def module_cpu(self) -> tuple:
+        """CPU seconds of the modules the hosts ran since the last call (children of their interpreter wrappers),
+        and the most module runs one host made (each a round trip to a real host)."""
+        total, runs = 0.0, 0
         for log in self.cpu_logs.iterdir():
-            for line in log.read_text().splitlines()[1::2]:  # `times`: shell line, then children line
+            children = log.read_text().splitlines()[1::2]  # `times`: shell line, then children line
+            runs = max(runs, len(children))
+            for line in children:
                 for part in line.split():
                     m = re.match(r"(\d+)m([\d.]+)s", part)
                     total += int(m.group(1)) * 60 + float(m.group(2)) if m else 0.0
             log.unlink()
-        return total
+        return total, runs
 
 
 def playbook(hosts: Hosts, inventory: Path, *argv: str, env_extra: dict | None = None, timeout: int = 7200) -> dict:
@@ -268,7 +272,8 @@ def summarize(results: dict) -> None:
         results["growth_exponent_controller"] = round(slope(xs, [math.log(runs[str(n)]["controller_cpu_s"]) for n in ns]), 3)
         c_ctrl = slope(ns, [runs[str(n)]["controller_cpu_s"] for n in ns])
         fixed = runs[str(ns[0])]["controller_cpu_s"] - c_ctrl * ns[0]
-        tasks = runs[str(ns[-1])]["tasks_per_host"]["max"]
+        # round trips per host: the module runs one host made (controller-only tasks are in c_ctrl), else every task
+        tasks = runs[str(ns[-1])].get("module_runs_per_host") or runs[str(ns[-1])]["tasks_per_host"]["max"]
         waves = tasks * math.ceil(1000 / 50)
         estimate = max(fixed, 0) + max(1000 * c_ctrl / ESTIMATE_CORES, waves * ESTIMATE_T_TASK)
         results["noop_deploy_1000_hosts_forks50_estimate_s"] = round(estimate, 1)
@@ -326,7 +331,8 @@ def run(args) -> dict:
             extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"} if args.profile else {}
             r = playbook(hosts, inv, "-e", "ct200_preflight_json=%s" % (root / ("preflight-%d.json" % n)), *forks,
                          env_extra=extra)
-            r["module_cpu_s"] = round(hosts.module_cpu(), 2)
+            module_cpu, r["module_runs_per_host"] = hosts.module_cpu()
+            r["module_cpu_s"] = round(module_cpu, 2)
             r["controller_cpu_s"] = round(r["cpu_s"] - r["module_cpu_s"], 2)
             r["verdict"] = noop_verdict(r, n)
             r["tasks_per_host"] = task_counts(r)
