@@ -34,7 +34,6 @@ from ct200_fleet.progress import FleetProgress, table
 from ct200_fleet.secret import (read_token_file, read_token_stdin, refuse_token_in_any_variable,
                                 refuse_token_in_environment, token_file_outside)
 
-PACKAGE_PLAYBOOKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "playbooks")
 PLAYBOOKS = {
     "preflight": COLLECTION.playbook("preflight.yml"),
     "deploy": COLLECTION.playbook("deploy_kimi.yml"),
@@ -42,7 +41,7 @@ PLAYBOOKS = {
     "rollback": COLLECTION.playbook("rollback.yml"),
     "rotate-token": COLLECTION.playbook("rotate_hf_token.yml"),
     "drift": COLLECTION.playbook("token_drift.yml"),
-    "status": os.path.join(PACKAGE_PLAYBOOKS, "status.yml"),
+    "status": COLLECTION.playbook("status.yml"),
     "promote-token": COLLECTION.playbook("promote_hf_token.yml"),
 }
 # Extra var naming the JSON report a playbook writes on the controller (per-host verdicts).
@@ -289,9 +288,6 @@ def main_extravars(args) -> dict:
         extravars["ct200_rollout_serial" if args.command in ("rollout", "rollback") else "rotate_serial"] = args.batches
     if getattr(args, "deep", False):
         extravars["ct200_preflight_deep"] = True
-    if args.command == "status":
-        extravars["ct200_kimi_instance_vars"] = COLLECTION.playbook("vars/kimi_instance.yml")
-        extravars["ct200_traffic_vars"] = COLLECTION.playbook("vars/traffic.yml")  # the drain steps' router
     return extravars
 
 

@@ -68,7 +68,8 @@ RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s
 # cores, or the waves of the play, whichever is longer, plus the fixed part of one run
 ESTIMATE_FORMULA = ("T(1000, forks 50) = T_fixed + max(1000 * c_ctrl / cores, waves * t_task) with c_ctrl = controller "
                     "CPU per host (slope of controller CPU over N, modules excluded), cores = 4 (a small AWX node), "
-                    "waves = host_tasks * ceil(1000 / 50), t_task = 1.0 s (one task over SSH with pipelining), "
+                    "waves = host_tasks * ceil(1000 / 50) with host_tasks = module runs per host (round trips; controller-only "
+                    "tasks are in c_ctrl), t_task = 1.0 s (one task over SSH with pipelining), "
                     "T_fixed = controller CPU of a run at N = 0 (intercept)")
 ESTIMATE_CORES = 4
 ESTIMATE_T_TASK = 1.0
@@ -147,16 +148,19 @@ class Hosts:
         path.write_text(yaml.safe_dump({"all": {"children": {"ct200": {"hosts": hosts, "vars": group_vars}}}}))
         return path
 
-    def module_cpu(self) -> float:
-        """CPU seconds of the modules the hosts ran since the last call (children of their interpreter wrappers)."""
-        total = 0.0
+    def module_cpu(self) -> tuple:
+        """CPU seconds of the modules the hosts ran since the last call (children of their interpreter wrappers),
+        and the most module runs one host made (each a round trip to a real host)."""
+        total, runs = 0.0, 0
         for log in self.cpu_logs.iterdir():
-            for line in log.read_text().splitlines()[1::2]:  # `times`: shell line, then children line
+            children = log.read_text().splitlines()[1::2]  # `times`: shell line, then children line
+            runs = max(runs, len(children))
+            for line in children:
                 for part in line.split():
                     m = re.match(r"(\d+)m([\d.]+)s", part)
                     total += int(m.group(1)) * 60 + float(m.group(2)) if m else 0.0
             log.unlink()
-        return total
+        return total, runs
 
 
 def playbook(hosts: Hosts, inventory: Path, *argv: str, env_extra: dict | None = None, timeout: int = 7200) -> dict:
@@ -268,7 +272,8 @@ def summarize(results: dict) -> None:
         results["growth_exponent_controller"] = round(slope(xs, [math.log(runs[str(n)]["controller_cpu_s"]) for n in ns]), 3)
         c_ctrl = slope(ns, [runs[str(n)]["controller_cpu_s"] for n in ns])
         fixed = runs[str(ns[0])]["controller_cpu_s"] - c_ctrl * ns[0]
-        tasks = runs[str(ns[-1])]["tasks_per_host"]["max"]
+        # round trips per host: the module runs one host made (controller-only tasks are in c_ctrl), else every task
+        tasks = runs[str(ns[-1])].get("module_runs_per_host") or runs[str(ns[-1])]["tasks_per_host"]["max"]
         waves = tasks * math.ceil(1000 / 50)
         estimate = max(fixed, 0) + max(1000 * c_ctrl / ESTIMATE_CORES, waves * ESTIMATE_T_TASK)
         results["noop_deploy_1000_hosts_forks50_estimate_s"] = round(estimate, 1)
@@ -283,16 +288,15 @@ def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list) -> None:
     """The first deploy on all hosts (not timed): token, weights, the preflight's state."""
     hosts.up()
     print("setup: first deploy on all %d hosts (not timed)" % hosts.count, flush=True)
-    # The preflight's fetch stage runs once (run_once) with the first host's ct200_models_dir and config cache:
-    # hosts that lack the weights all fetch their config files into that one directory, which races when
-    # they share a machine. The first host alone first; then every host (a second try for a host that lost a race).
-    for attempt, inv in enumerate((hosts.inventory(1), hosts.inventory(hosts.count), hosts.inventory(hosts.count))):
-        setup = playbook(hosts, inv, "-e", "fanout_enabled=false",
+    # Each host fetches its config files into its own ct200_preflight_cache_dir (the preflight's fetch stage reads
+    # every host's own dirs): one run on all hosts. A second try only if a host failed for another reason.
+    for attempt in range(2):
+        setup = playbook(hosts, hosts.inventory(hosts.count), "-e", "fanout_enabled=false",
                          "-e", "ct200_preflight_json=%s" % (root / ("setup-preflight-%d.json" % attempt)), *forks)
         results["setup_deploy_%d" % attempt] = {k: v for k, v in setup.items() if k not in ("tail", "recap")}
-        print("setup deploy %d: %.1f s wall, %.1f s CPU, rc=%d" % (attempt, setup["wall_s"], setup["cpu_s"], setup["rc"]),
-              flush=True)
-        if attempt > 0 and setup["rc"] == 0:
+        print("setup deploy %d: %.1f s wall, %.1f s CPU, rc=%d, load %s" % (
+            attempt, setup["wall_s"], setup["cpu_s"], setup["rc"], setup["load_average_before"]), flush=True)
+        if setup["rc"] == 0:
             break
     if setup["rc"] != 0:
         print(setup["tail"])
@@ -303,7 +307,7 @@ def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list) -> None:
 def run(args) -> dict:
     sizes = tuple(sorted(args.sizes)) if args.sizes else QUICK_SIZES if args.quick else SIZES
     root = Path(args.reuse) if args.reuse else Path(tempfile.mkdtemp(prefix="ct200-bench-scale-"))
-    hosts = Hosts(root, max(sizes))
+    hosts = Hosts(root, max(*sizes, args.hosts or 0))
     results: dict = {"label": args.label, "quick": args.quick, "sizes": list(sizes), "forks": args.forks,
                      "hosts": "ansible_connection=local, per-host paths under one tmp root", "tags": DEPLOY_TAGS,
                      "noop_deploy": {}}
@@ -327,7 +331,8 @@ def run(args) -> dict:
             extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"} if args.profile else {}
             r = playbook(hosts, inv, "-e", "ct200_preflight_json=%s" % (root / ("preflight-%d.json" % n)), *forks,
                          env_extra=extra)
-            r["module_cpu_s"] = round(hosts.module_cpu(), 2)
+            module_cpu, r["module_runs_per_host"] = hosts.module_cpu()
+            r["module_cpu_s"] = round(module_cpu, 2)
             r["controller_cpu_s"] = round(r["cpu_s"] - r["module_cpu_s"], 2)
             r["verdict"] = noop_verdict(r, n)
             r["tasks_per_host"] = task_counts(r)
@@ -355,6 +360,22 @@ def run(args) -> dict:
     return results
 
 
+def merge(paths: list) -> dict:
+    """One result from several invocations (one per N, each through /work/wt/heavy): their no-op runs side by
+    side and the keys over all of them (growth_exponent needs two N at least); the site plan of the last."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    results = {"merged_from": [str(p) for p in paths], "noop_deploy": {}, "invocations": []}
+    for part in parts:
+        results["noop_deploy"].update(part.get("noop_deploy") or {})
+        results["invocations"].append(dict((k, part.get(k)) for k in (
+            "label", "sizes", "forks", "load_average", "bench_wall_s", "reused_setup", "site_plan_10000_s")))
+        results.update(dict((k, v) for k, v in part.items() if k.startswith("site_plan_10000")
+                            or k in ("hosts", "tags", "forks", "label")))
+    results["sizes"] = sorted(int(n) for n in results["noop_deploy"])
+    summarize(results)
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="N = 8 and 64 only")
@@ -364,15 +385,20 @@ def main() -> int:
     parser.add_argument("--profile", metavar="DIR", help="enable profile_tasks and keep each run's output tail in DIR")
     parser.add_argument("--reuse", metavar="ROOT", help="measure on the hosts a --keep run left in ROOT (no setup run)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary root (hosts, inventories)")
+    parser.add_argument("--hosts", type=int, help="set up this many hosts (a later --reuse may measure up to it)")
+    parser.add_argument("--merge", metavar="JSON", nargs="+", help="combine the JSON of runs at other N; runs nothing")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args()
     started = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
-    results = run(args)
-    results["bench_wall_s"] = round(time.monotonic() - started, 1)
-    results["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
-    print("\nscale: %s, forks %d, load average before %s, after %s" % (
-        results["hosts"], args.forks, load_before, results["load_average"]["after"]))
+    if args.merge:
+        results = merge(args.merge)
+        args.forks = results.get("forks") or args.forks
+    else:
+        results = run(args)
+        results["bench_wall_s"] = round(time.monotonic() - started, 1)
+        results["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
+    print("\nscale: %s, forks %d, load average %s" % (results["hosts"], args.forks, results.get("load_average")))
     for key in ("cpu_s_per_host_8", "cpu_s_per_host_64", "cpu_s_per_host_256", "controller_cpu_s_per_host_8",
                 "controller_cpu_s_per_host_64", "controller_cpu_s_per_host_256", "wall_s_per_host_8", "wall_s_per_host_64",
                 "wall_s_per_host_256", "growth_exponent", "growth_exponent_controller", "site_plan_10000_s",
@@ -381,7 +407,7 @@ def main() -> int:
     print("goals: growth_exponent <= 1.05: %s; site_plan_10000_s < 2: %s" % (
         results.get("growth_exponent", "n/a") if "growth_exponent" not in results else results["growth_exponent"] <= 1.05,
         results["site_plan_10000_s"] < 2))
-    print("benchmark wall time %.0f s" % results["bench_wall_s"])
+    print("benchmark wall time %s s" % results.get("bench_wall_s"))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     if results.get("failed"):

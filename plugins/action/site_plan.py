@@ -67,9 +67,11 @@ class ActionModule(ActionBase):
     def _stage_fetch(self, args, task_vars):
         hosts = list(args.get("hosts") or [])
         got = self._per_host(task_vars, hosts, args.get("host_vars"))
+        # each host's own directories (host_vars models_dir / config_dir), the options for a host without them
+        dirs = dict((key, dict((h, got[key][h] if got.get(key, {}).get(h) not in (None, "") else args.get(key))
+                               for h in hosts)) for key in ("models_dir", "config_dir"))
         return site_plan.fetch_plan(list(args.get("repos") or []), hosts, got.get("probe", {}), got.get("token_query", {}),
-                                    args.get("fingerprint"), args.get("models_dir"), args.get("config_dir"),
-                                    args.get("commits"))
+                                    args.get("fingerprint"), dirs["models_dir"], dirs["config_dir"], args.get("commits"))
 
     def _stage_hub(self, args, task_vars):
         return site_plan.hub_facts(args.get("resolved"), args.get("access"), args.get("listed"), args.get("fetch"),
@@ -77,6 +79,10 @@ class ActionModule(ActionBase):
 
     def _stage_host_plan(self, args, task_vars):
         return site_plan.host_plan(args.get("plan"))
+
+    def _stage_known_plan(self, args, task_vars):
+        return {"plan": site_plan.known_plan(list(args.get("repos") or []), args.get("fetch"), args.get("plan"),
+                                             args.get("verify"))}
 
     def _stage_report(self, args, task_vars):
         layout = self._layout(args, task_vars)

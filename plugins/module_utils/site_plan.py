@@ -34,7 +34,7 @@ VAULT_FIX = "create and encrypt the vault (README: Vault)"
 NOT_NEEDED = "not needed: nothing to fetch"
 
 
-STAGES = ["site", "token", "fetch", "hub", "host_plan", "staged", "report", "jobs", "outcome", "fanout_result"]
+STAGES = ["site", "token", "fetch", "hub", "host_plan", "known_plan", "staged", "report", "jobs", "outcome", "fanout_result"]
 
 # the options of the ct200.deploy.site_plan action (its module stub declares exactly these)
 ARGUMENT_SPEC = dict(
@@ -68,6 +68,7 @@ ARGUMENT_SPEC = dict(
     finished=dict(type="list", elements="dict"),
     port=dict(type="int", default=8790),
     dirs=dict(type="dict"),
+    verify=dict(type="str"),
 )
 
 
@@ -174,18 +175,52 @@ def complete_repos(probe):
             if isinstance(r, dict) and r.get("planning") == "manifest"]
 
 
+def known_plan(repos, fetch, probe, verify):
+    """The preflight's offline probe of this host (hf_download check mode over the same repositories) as its weights
+    plan, instead of a second probe, when it is one: the site fetches nothing (``fetch`` empty: every host's probe
+    found every repository complete at its resolved commit), the plan would verify as the probe did (sha256), and
+    the probe covers exactly ``repos`` (same repo_id, local_dir and commit, in order, no file patterns). Else None:
+    the role plans anew."""
+    if fetch is None or list(fetch) or verify not in ("sha256", "full") or not isinstance(probe, dict):
+        return None
+    results = [r for r in probe.get("results") or [] if isinstance(r, dict)]
+    if not repos or len(results) != len(repos):
+        return None
+    for repo, result in zip(repos, results):
+        item = result.get("item") if isinstance(result.get("item"), dict) else {}
+        same = (item.get("repo_id") == repo.get("repo_id")
+                and str(item.get("local_dir") or "").rstrip("/") == str(repo.get("local_dir") or "").rstrip("/")
+                and result.get("commit") == repo.get("revision") and not repo.get("allow_patterns")
+                and not repo.get("ignore_patterns"))
+        if not same or result.get("planning") != "manifest" or result.get("failed"):
+            return None
+    return {"results": [dict(result, item=repo) for repo, result in zip(repos, results)], "reused": "preflight"}
+
+
+def host_dir(dirs, host, name):
+    """The host's own directory: ``dirs`` is one path for every host or {host: path} (its host var, None when
+    unset). The stage runs once for the fleet, so a path read from one host would be wrong for another."""
+    value = dirs.get(host) if isinstance(dirs, dict) else dirs
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise PlanError("%s: %s is %r, not an absolute path; fix: set %s to an absolute directory in the inventory"
+                        % (host, name, value, name))
+    return value.rstrip("/") or "/"
+
+
 def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, models_dir, config_dir, commits=None):
-    """Per host what it lacks and where the fit check reads configs; the fleet's fetch list (in repo
-    order) and the trees to list for it (at the resolved commits); whether access must be proven
-    (something to fetch, or a host without the inventory token)."""
+    """Per host what it lacks and where its fit check reads configs (its own ``models_dir`` and ``config_dir``:
+    one path, or {host: path}); the fleet's fetch list (in repo order) and the trees to list for it (at the
+    resolved commits); whether access must be proven (something to fetch, or a host without the inventory token)."""
     per_host, lacking = {}, set()
     commits = commits or {}
 
-    def complete_dir(repo_id):  # a complete repository is read from its snapshot of the resolved commit
-        root = "%s/%s" % (models_dir, repo_id)
+    def complete_dir(models, repo_id):  # a complete repository is read from its snapshot of the resolved commit
+        root = "%s/%s" % (models, repo_id)
         return "%s/snapshots/%s" % (root, commits[repo_id]) if commits.get(repo_id) else root
 
     for host in hosts:
+        models = host_dir(models_dir, host, "ct200_models_dir")
+        configs = host_dir(config_dir, host, "ct200_preflight_cache_dir")
         done = complete_repos(probes.get(host))
         incomplete = [r for r in repo_ids if r not in done]
         lacking.update(incomplete)
@@ -193,7 +228,7 @@ def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, mod
         per_host[host] = {
             "incomplete": incomplete,
             "token_in_place": held is not None and held == expected_fingerprint,
-            "config_dirs": dict((r, "%s/%s" % (config_dir, r) if r in incomplete else complete_dir(r)) for r in repo_ids)}
+            "config_dirs": dict((r, "%s/%s" % (configs, r) if r in incomplete else complete_dir(models, r)) for r in repo_ids)}
     fetch = [r for r in repo_ids if r in lacking]
     in_place = all(h["token_in_place"] for h in per_host.values())
     return {"hosts": per_host, "fetch": fetch, "prove_access": bool(fetch) or not in_place,

@@ -22,6 +22,8 @@ description:
   - "O(stage=hub): the commits, listings, fetch list and access verdict the later plays read (register it as C(ct200_hub))."
   - "O(stage=host_plan): from one host's download plan, the bytes each repository still needs (requirements for
     M(ct200.deploy.disk_space)), the repositories planned and to download, one line per repository."
+  - "O(stage=known_plan): the preflight's offline probe of this host as its weights plan when the site fetches nothing
+    (O(fetch) empty) and the probe covers exactly O(repos) at their commits, verified as O(verify) would; else null."
   - "O(stage=report): host order (inventory order) and seed, the fan-out decision, per host its source, bytes to fetch
     and failed checks with cause and fix; the rows, the table, the JSON text and the failure message."
   - "O(stage=site): the layout (host order, fan-out, seed, degree; O(layout) when one was decided already),
@@ -35,7 +37,7 @@ options:
     description: Which decision to make (see the description).
     type: str
     required: true
-    choices: [site, token, fetch, hub, host_plan, staged, report, jobs, outcome, fanout_result]
+    choices: [site, token, fetch, hub, host_plan, known_plan, staged, report, jobs, outcome, fanout_result]
   token:
     description: O(stage=token). The inventory's Hub token; only its fingerprint is returned. Never logged.
     type: str
@@ -51,6 +53,7 @@ options:
       - O(stage=fetch), O(stage=hub). Repository ids, in the deployment's order.
       - O(stage=site), O(stage=fanout_result), O(stage=staged). Repositories as C({name, repo_id, local_dir}) (local_dir
         the repository's root).
+      - O(stage=known_plan). The weights role's repositories (C(revision) the resolved commit).
     type: list
     elements: raw
   hosts:
@@ -66,7 +69,8 @@ options:
   host_vars:
     description:
       - Plan input -> the variable (C(name) or C(name.key)) read from each host's variables.
-      - "O(stage=fetch): C(probe), C(token_query). O(stage=report): C(site), C(runtime), C(token), C(token_query),
+      - "O(stage=fetch): C(probe), C(token_query), C(models_dir), C(config_dir) (each host's own directories; a host
+        without the variable gets O(models_dir), O(config_dir)). O(stage=report): C(site), C(runtime), C(token), C(token_query),
         C(hub), C(plan), C(disk), C(fit). O(stage=site): C(address) (a list: the first set), C(port)."
     type: dict
   host_checks:
@@ -86,10 +90,12 @@ options:
     description: O(stage=fetch). Repository id -> resolved commit.
     type: dict
   models_dir:
-    description: O(stage=fetch). Where the weights live on the hosts.
+    description: O(stage=fetch). Where the weights live on a host whose O(host_vars) C(models_dir) variable is unset.
     type: str
   config_dir:
-    description: O(stage=fetch). Where the preflight fetches the config files of a repository a host lacks.
+    description:
+      - O(stage=fetch). Where the preflight fetches the config files of a repository a host lacks, for a host whose
+        O(host_vars) C(config_dir) variable is unset.
     type: str
   resolved:
     description: O(stage=hub). The registered result of M(ct200.deploy.hf_repo_meta) resolving the revisions.
@@ -104,13 +110,16 @@ options:
     description:
       - O(stage=hub). The fleet's fetch list (from O(stage=fetch)).
       - O(stage=site). Repository ids some host lacks; empty, the run does not fan out; unset, unknown.
+      - O(stage=known_plan). The same; only an empty list lets the preflight's probe stand as the plan.
     type: list
     elements: str
   token_problem:
     description: O(stage=hub). The token's problem (from O(stage=token)), or null.
     type: str
   plan:
-    description: O(stage=host_plan). A host's registered loop of M(ct200.deploy.hf_download) in check mode.
+    description:
+      - O(stage=host_plan). A host's registered loop of M(ct200.deploy.hf_download) in check mode.
+      - O(stage=known_plan). The preflight's offline probe of this host (the same kind of loop).
     type: dict
   enabled:
     description: O(stage=site). Fan out; unset, on when O(group) has more than one host.
@@ -150,6 +159,9 @@ options:
   dirs:
     description: O(stage=jobs). Repository name -> the directory its job writes (its snapshot), for the progress file.
     type: dict
+  verify:
+    description: O(stage=known_plan). The role's verify level; the probe stands only for C(sha256) or C(full) (it verified by sha256).
+    type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
@@ -228,6 +240,10 @@ plan_ready:
   description: O(stage=hub). Whether access is proven, so the hosts may plan their downloads.
   returned: stage=hub
   type: bool
+plan:
+  description: O(stage=known_plan). The probe as the plan (C(results) in O(repos) order, C(reused)), or null.
+  returned: stage=known_plan
+  type: dict
 requirements:
   description: O(stage=host_plan). C({label, path, bytes}) per planned repository.
   returned: stage=host_plan

@@ -126,9 +126,9 @@ def test_private_data_dir_is_kept_when_given(tmp_path):
     command = json.loads((artifacts[0] / "command").read_text())
     argv = command["command"]
     assert argv[0] == "ansible-playbook"
-    # status passes only controller paths as extra vars (its report file, the deploy's instance file): no value
+    # status passes only a controller path as an extra var (its report file): no value
     extra = json.loads(argv[argv.index("-e") + 1]) if "-e" in argv else {}
-    assert set(extra) <= {"ct200_status_json", "ct200_kimi_instance_vars"}, extra
+    assert set(extra) <= {"ct200_status_json"}, extra
     assert all(os.path.isabs(v) for v in extra.values()), extra
 
 

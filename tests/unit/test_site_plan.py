@@ -161,6 +161,21 @@ def test_fetch_list_in_repo_order_and_access_only_when_needed():
     assert other_token["prove_access"] is True
 
 
+def test_each_host_reads_and_fetches_configs_in_its_own_dirs():
+    """The stage runs once for the fleet: each host's models and config dirs are its own, not the first host's."""
+    got = sp.fetch_plan(["o/t", "o/d"], ["h1", "h2"], {"h1": probe("o/t"), "h2": probe("o/t")}, {}, "sha256:x",
+                        {"h1": "/m1", "h2": "/m2/"}, {"h1": "/c1", "h2": "/c2"}, {"o/t": "c" * 40})
+    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/m1/o/t/snapshots/" + "c" * 40, "o/d": "/c1/o/d"}
+    assert got["hosts"]["h2"]["config_dirs"] == {"o/t": "/m2/o/t/snapshots/" + "c" * 40, "o/d": "/c2/o/d"}
+
+
+@pytest.mark.parametrize("models", [{"h1": "/m"}, {"h1": "/m", "h2": "models"}, {"h1": "/m", "h2": ""}])
+def test_a_host_without_an_absolute_models_dir_is_refused_by_name(models):
+    with pytest.raises(sp.PlanError) as err:
+        sp.fetch_plan(["o/t"], ["h1", "h2"], {}, {}, "sha256:x", models, "/c")
+    assert str(err.value).startswith("h2: ct200_models_dir is ") and "fix: set ct200_models_dir" in str(err.value)
+
+
 def test_a_host_without_a_probe_lacks_everything():
     got = sp.fetch_plan(["o/t"], ["h1"], {}, {}, "sha256:x", "/m", "/c")
     assert got["hosts"]["h1"]["incomplete"] == ["o/t"] and got["hosts"]["h1"]["token_in_place"] is False
@@ -332,3 +347,46 @@ def test_the_report_shows_each_hosts_current_and_previous_release():
     assert cells["h1"][-2] == "r111111111111 / r000000000000"
     assert cells["h2"][-2] == "none" and cells["h3"][-2] == "none"
     assert json.loads(rep["json"])["hosts"][0]["release"]["current"] == "r111111111111"
+
+
+WEIGHTS_REPOS = [{"name": "target", "repo_id": "o/t", "revision": "c" * 40, "local_dir": "/m/o/t", "listing": None},
+                 {"name": "drafter", "repo_id": "o/d", "revision": "d" * 40, "local_dir": "/m/o/d", "listing": None}]
+
+
+def complete_probe(**changes):
+    results = [{"item": {"name": r["name"], "repo_id": r["repo_id"], "local_dir": r["local_dir"] + "/"},
+                "commit": r["revision"], "planning": "manifest", "files": 3, "bytes_total": 9}  # no disk: no Hub asked
+               for r in WEIGHTS_REPOS]
+    for index, change in changes.items():
+        results[int(index[1:])].update(change)
+    return {"results": results, "changed": False}
+
+
+def test_the_preflight_probe_stands_as_the_weights_plan_on_a_no_op():
+    got = sp.known_plan(WEIGHTS_REPOS, [], complete_probe(), "sha256")
+    assert [r["item"] for r in got["results"]] == WEIGHTS_REPOS  # the role's items, for its later tasks
+    assert [r["commit"] for r in got["results"]] == ["c" * 40, "d" * 40]
+    # what the role's later stages read from it: the snapshot dirs and nothing to fetch or to fit on the disk
+    assert sp.staged_repos(WEIGHTS_REPOS, got["results"], [])["dirs"] == {
+        "target": "/m/o/t/snapshots/" + "c" * 40, "drafter": "/m/o/d/snapshots/" + "d" * 40}
+    assert sp.host_plan(got)["to_download"] == []
+
+
+@pytest.mark.parametrize("fetch, probe, verify", [
+    (["o/d"], complete_probe(), "sha256"),                        # some host lacks a repository: plan anew
+    (None, complete_probe(), "sha256"),                           # no preflight decision
+    ([], complete_probe(), "size"),                               # the role would verify otherwise than the probe
+    ([], complete_probe(r1={"planning": "hub"}), "sha256"),       # not complete by the manifest
+    ([], complete_probe(r1={"commit": "e" * 40}), "sha256"),      # another commit
+    ([], complete_probe(r0={"failed": True}), "sha256"),          # the probe failed there
+    ([], complete_probe(r0={"item": {"repo_id": "o/t", "local_dir": "/x/o/t"}}), "sha256"),  # another directory
+    ([], {"results": complete_probe()["results"][:1]}, "sha256"),  # not every repository
+    ([], {"skipped": True, "results": []}, "sha256"),             # the probe did not run
+])
+def test_the_role_plans_anew_unless_the_probe_is_its_plan(fetch, probe, verify):
+    assert sp.known_plan(WEIGHTS_REPOS, fetch, probe, verify) is None
+
+
+def test_file_patterns_make_the_role_plan_anew():
+    repos = [dict(WEIGHTS_REPOS[0], allow_patterns=["*.json"]), WEIGHTS_REPOS[1]]
+    assert sp.known_plan(repos, [], complete_probe(), "sha256") is None

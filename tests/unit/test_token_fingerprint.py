@@ -2,7 +2,7 @@
 """One token fingerprint: hf_auth.fingerprint. Playbooks call it through the
 ct200.deploy.token_fingerprint filter (controller) or hf_token state=query (hosts); no playbook,
 role or fleet command hashes a token itself (it was computed in four places, one of them inline
-Python in ct200_fleet/playbooks/status.yml)."""
+Python in playbooks/status.yml)."""
 
 import re
 from pathlib import Path
