@@ -74,3 +74,28 @@ def test_the_cli_runs_them_with_the_batches_as_ct200_rollout_serial():
     assert cli.PLAYBOOKS["rollback"].endswith("playbooks/rollback.yml")
     assert cli.main_extravars(parser.parse_args(["rotate-token", "-i", "inv", "--token-stdin", "--batches", "2"])) \
         == {"rotate_serial": [2]}
+
+
+def _runs_the_service_role(task) -> bool:
+    for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+        if (task.get(key) or {}).get("name") == "ct200.deploy.sglang_service":
+            return True
+    return any(_runs_the_service_role(t) for k in ("block", "rescue", "always") for t in task.get(k, []))
+
+
+def test_every_play_that_restarts_an_instance_drains_it():
+    """Issue 14 item 2: the role's run path drains through vars/traffic.yml's sglang_service_traffic*; a play that
+    runs the role without that file stops and restarts instances behind the router's back (rollout and rollback
+    did: sglang_service_traffic stayed at the role's default none)."""
+    checked = []
+    for path in sorted((REPO / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            if not isinstance(play, dict) or "hosts" not in play:
+                continue
+            runs = any(_runs_the_service_role(t) for t in play.get("tasks", [])) or any(
+                (r if isinstance(r, str) else r.get("role")) == "ct200.deploy.sglang_service" for r in play.get("roles", []))
+            if runs:
+                checked.append("%s: %s" % (path.name, play.get("name")))
+                assert "vars/traffic.yml" in play.get("vars_files", []), checked[-1]
+    assert any(c.startswith("rollout.yml") for c in checked) and any(c.startswith("rollback.yml") for c in checked)
+    assert any(c.startswith("restart.yml") for c in checked) and any(c.startswith("deploy_kimi.yml") for c in checked)
