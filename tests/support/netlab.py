@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -220,14 +221,18 @@ class SshFleet:
         if logs and "ANSIBLE_CALLBACKS_ENABLED" not in env:
             env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
         started = time.monotonic()
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=timeout, check=False, stdin=subprocess.DEVNULL)
         run = Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
         if logs:
+            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the controller's CPU (ansible and its ssh)
+            cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
             os.makedirs(logs, exist_ok=True)
             name = "%.0f-%s.log" % (time.time(), Path(argv[1]).stem if len(argv) > 1 else "run")
             with open(os.path.join(logs, name), "w") as handle:
-                handle.write("# %s\n# rc %d, %.1f s\n%s" % (" ".join(argv), run.rc, run.seconds, run.out))
+                handle.write("# %s\n# rc %d, %.1f s, controller CPU %.1f s, load %s\n%s" % (
+                    " ".join(argv), run.rc, run.seconds, cpu, " ".join(open("/proc/loadavg").read().split()[:3]), run.out))
         return run
 
 
