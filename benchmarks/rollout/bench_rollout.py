@@ -61,6 +61,12 @@ def revision_bump():
     return None, "revision_bump.py has no measure()/run()"
 
 
+def changed_bytes(hub, repo_id, before) -> int:
+    """Bytes of the files main's commit holds that BEFORE (the repo as it was) lacks or holds with other content."""
+    old = {path: f.sha256 for path, f in before.files.items()}
+    return sum(f.size for path, f in hub.repo(repo_id).files.items() if old.get(path) != f.sha256)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--quick", action="store_true", help="the sequence once (the only mode)")
@@ -109,11 +115,21 @@ def main(argv=None) -> int:
         run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra(), limit=hosts[0])
         out["rollout_1_s"] = round(time.monotonic() - t0, 1)
         verified.append(run.rc == 0)
+        before_bump = hub.repo(t.DRAFTER)
         good = t.commit_drafter(served, {"decode_tok_s": 40.0}, "bench: all hosts")
+        changed = changed_bytes(hub, t.DRAFTER, before_bump)
+        hub.reset_stats()
         with t.Availability(served) as avail:
             t0 = time.monotonic()
             run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra())
             out["rollout_8_s"] = round(time.monotonic() - t0, 1)
+        # what the fleet's Hub sent for a commit that changed only small files: with the kept snapshot hard-linked
+        # and the fan-out, its changed bytes once for the whole fleet
+        hub_file_bytes = sum(r["bytes_sent"] for r in hub.requests_log()
+                             if r["kind"] in ("resolve_get", "cdn_get") and 200 <= r["status"] < 300)
+        out["revision_bump_fleet_hub_bytes"] = hub_file_bytes
+        out["revision_bump_changed_bytes"] = changed
+        out["revision_bump_hub_bytes_over_changed"] = round(hub_file_bytes / changed, 4) if changed else None
         out["rollout_8_over_1"] = round(out["rollout_8_s"] / out["rollout_1_s"], 3)
         out["max_unavailable_observed"] = avail.max_down
         verified.append(run.rc == 0)
@@ -145,7 +161,8 @@ def main(argv=None) -> int:
         if hub is not None:
             hub.stop()
         fleet.down()
-    out["revision_bump_hub_bytes_over_changed"], out["revision_bump_source"] = revision_bump()
+    # the staging helper's own figure (one host, a local Hub, one changed config.json), beside the fleet's
+    out["revision_bump_local_hub_bytes_over_changed"], out["revision_bump_local_source"] = revision_bump()
     out["all_verified"] = bool(verified) and all(verified)
     out["checks"] = verified
     out["total_s"] = round(time.monotonic() - t_start, 1)

@@ -214,6 +214,9 @@ def served_fleet(ssh_fleet, tmp_path_factory):
         full = served.deploy()
         assert full.rc == 0, full.out[-8000:]
         served.deploy_seconds = time.monotonic() - started
+        print("served_fleet: fleet up %.0f s; prepare %.0f s, runtime on %s %.0f s, full deploy %.0f s (%.0f s in all)"
+              % (ssh_fleet.up_seconds or 0, run.seconds, ssh_fleet.hosts[0], first.seconds, full.seconds,
+                 served.deploy_seconds))
         yield served
     finally:
         served.run_playbook(DEPLOY, args=("--tags", "sglang_service", "-e", "sglang_service_state=stopped"),

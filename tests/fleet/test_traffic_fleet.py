@@ -23,19 +23,22 @@ from ansible_collections.ct200.deploy.plugins.module_utils import traffic
 
 REPO = Path(__file__).resolve().parents[2]
 RESTART = REPO / "playbooks" / "restart.yml"
+ROLLOUT = REPO / "playbooks" / "rollout.yml"
+DRAFTER = "z-lab/Kimi-K2.6-DFlash"
 DEPLOY = REPO / "playbooks" / "deploy_kimi.yml"
 MODEL = "kimi-k2.6"
 ROUTER_PORT = 30080
 
 
-def arm(served, env, key, router_url, urls, drain, baseline=10.0):
+def arm(served, env, key, router_url, urls, drain, baseline=10.0, playbook=RESTART, args=None):
     client = traffic.RouterClient(router_url, key)
     load = lab.Load(router_url, concurrency=6, pause=0.05, model=MODEL, api_key=key).start()
     time.sleep(baseline)
     monitor = lab.RotationMonitor(client, urls, interval=0.2).start()
     t0 = time.time()
-    args = () if drain else ("-e", "sglang_service_traffic=none")
-    run = served.run_playbook(RESTART, env=env, args=args, timeout=1500)
+    if args is None:
+        args = () if drain else ("-e", "sglang_service_traffic=none")
+    run = served.run_playbook(playbook, env=env, args=args, timeout=1500)
     t1 = time.time()
     time.sleep(5)
     monitor.stop()
@@ -91,5 +94,28 @@ def test_rolling_restart_drained_vs_not(routed):
     assert drained["served_fraction"] >= 0.999, drained
     assert drained["max_hosts_out_of_rotation"] <= 1, drained
     # after the rolling restart every instance is back
+    got = traffic.rotation(r["router_url"], r["urls"], r["key"])
+    assert all(v["in_rotation"] for v in got["instances"].values()), got
+
+
+def test_a_rollout_through_the_router_is_drained(routed):
+    """ct200 rollout (playbooks/rollout.yml, batches [1, 25%]) of a drafter revision under the same load: every
+    restart drains through the router as restart.yml's does, so no request fails and at most a batch is out."""
+    r = routed
+    served = r["served"]
+    note = "drafter for the routed rollout"
+    files = {"README.md": ("# Kimi-K2.6-DFlash (ct200 local Hub stand-in)\n\nrevision: %s\n" % note).encode(),
+             "standin.json": json.dumps({"decode_tok_s": 40.0, "accept_length": 3.5}).encode()}
+    served.session.hub.commit(DRAFTER, files, note)
+    rolled = arm(served, r["env"], r["key"], r["router_url"], r["urls"], True, playbook=ROLLOUT,
+                 args=("-e", json.dumps({"ct200_rollout_serial": [1, "25%"]})))
+    path = os.environ.get("CT200_TRAFFIC_BENCH_JSON")
+    if path and Path(path).exists():
+        out = json.loads(Path(path).read_text())
+        out["arms"]["rollout"] = rolled
+        Path(path).write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps({"rollout": rolled}, indent=2))
+    assert rolled["served_fraction"] >= 0.999, rolled
+    assert rolled["max_hosts_out_of_rotation"] <= max(1, len(r["urls"]) // 4), rolled
     got = traffic.rotation(r["router_url"], r["urls"], r["key"])
     assert all(v["in_rotation"] for v in got["instances"].values()), got

@@ -66,6 +66,10 @@ ROLE_VARS = {
                                                       " after a start; null uses the instance's"
                                                       " O(sglang_service_instances[].start_timeout). Changes no file"
                                                       " on the host (the unit keeps its own C(TimeoutStartSec=))."]},
+    "sglang_service_health_delay": {"type": "int", "default": 2,
+                                    "description": ["Seconds between two probes of an instance's health endpoint while"
+                                                    " the run waits after a start (the wait's budget stays"
+                                                    " O(sglang_service_health_timeout))."]},
     "sglang_service_warmup_requests": {"type": "int", "default": 3,
                                        "description": ["Chat completions sent to a DFLASH/DDTree instance after the"
                                                        " smoke completion; then /server_info's"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -215,10 +216,24 @@ class SshFleet:
                                 stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
 
     def _run(self, argv: list[str], env: dict | None, timeout: float) -> Run:
+        env = self.env(env)
+        logs = os.environ.get("CT200_FLEET_LOGS")  # keep every run's output, with per-task times
+        if logs and "ANSIBLE_CALLBACKS_ENABLED" not in env:
+            env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.profile_tasks"
         started = time.monotonic()
-        proc = subprocess.run(argv, cwd=REPO, env=self.env(env), capture_output=True, text=True,
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-        return Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
+        run = Run(proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started)
+        if logs:
+            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the controller's CPU (ansible and its ssh)
+            cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+            os.makedirs(logs, exist_ok=True)
+            name = "%.0f-%s.log" % (time.time(), Path(argv[1]).stem if len(argv) > 1 else "run")
+            with open(os.path.join(logs, name), "w") as handle:
+                handle.write("# %s\n# rc %d, %.1f s, controller CPU %.1f s, load %s\n%s" % (
+                    " ".join(argv), run.rc, run.seconds, cpu, " ".join(open("/proc/loadavg").read().split()[:3]), run.out))
+        return run
 
 
 def measure_hub_to_host_rate(fleet: SshFleet, host: str, nbytes: int = 4 << 20, timeout: float = 120) -> float:

@@ -74,3 +74,54 @@ def test_the_cli_runs_them_with_the_batches_as_ct200_rollout_serial():
     assert cli.PLAYBOOKS["rollback"].endswith("playbooks/rollback.yml")
     assert cli.main_extravars(parser.parse_args(["rotate-token", "-i", "inv", "--token-stdin", "--batches", "2"])) \
         == {"rotate_serial": [2]}
+
+
+def _runs_the_service_role(task) -> bool:
+    for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+        if (task.get(key) or {}).get("name") == "ct200.deploy.sglang_service":
+            return True
+    return any(_runs_the_service_role(t) for k in ("block", "rescue", "always") for t in task.get(k, []))
+
+
+def test_every_play_that_restarts_an_instance_drains_it():
+    """Issue 14 item 2: the role's run path drains through vars/traffic.yml's sglang_service_traffic*; a play that
+    runs the role without that file stops and restarts instances behind the router's back (rollout and rollback
+    did: sglang_service_traffic stayed at the role's default none)."""
+    checked = []
+    for path in sorted((REPO / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            if not isinstance(play, dict) or "hosts" not in play:
+                continue
+            runs = any(_runs_the_service_role(t) for t in play.get("tasks", [])) or any(
+                (r if isinstance(r, str) else r.get("role")) == "ct200.deploy.sglang_service" for r in play.get("roles", []))
+            if runs:
+                checked.append("%s: %s" % (path.name, play.get("name")))
+                assert "vars/traffic.yml" in play.get("vars_files", []), checked[-1]
+    assert any(c.startswith("rollout.yml") for c in checked) and any(c.startswith("rollback.yml") for c in checked)
+    assert any(c.startswith("restart.yml") for c in checked) and any(c.startswith("deploy_kimi.yml") for c in checked)
+
+
+def test_the_gates_reach_the_instance_where_it_listens(tmp_path):
+    """The rollout's gates and baseline run on the host at ct200_rollout_base_url: 127.0.0.1 for an instance on
+    loopback or a wildcard, the listen address otherwise (behind a router an instance listens on the host's
+    address with an API key; a fixed 127.0.0.1 found nothing there)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = Path(sys.executable).parent
+    got = {}
+    for listen in ("127.0.0.1", "0.0.0.0", "10.200.3.7"):
+        extra = tmp_path / ("%s.json" % listen)
+        extra.write_text(json.dumps({"ct200_kimi_instance": {"name": "kimi", "port": 30004, "host": listen}}))
+        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_INVENTORY_UNPARSED_FAILED="false", PATH=str(bin_dir) + os.pathsep + os.environ["PATH"])
+        proc = subprocess.run([str(bin_dir / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m", "debug",
+                               "-a", "var=ct200_rollout_base_url", "-e", "@%s" % (REPO / "playbooks" / "vars" / "rollout.yml"),
+                               "-e", "@%s" % extra], cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        got[listen] = proc.stdout
+    assert "http://127.0.0.1:30004" in got["127.0.0.1"] and "http://127.0.0.1:30004" in got["0.0.0.0"]
+    assert "http://10.200.3.7:30004" in got["10.200.3.7"], got
