@@ -99,6 +99,10 @@ ROLE_VARS = {
                                                             " {name}. No shell."]},
     "sglang_service_traffic_external_in": {"type": "list", "elements": "str", "default": [],
                                            "description": "With C(external): the argv that puts the host back (same placeholders)."},
+    "sglang_service_traffic_rejoin": {"type": "bool", "default": True,
+                                      "description": ["False leaves a started instance out of rotation after the run"
+                                                      " path; the caller puts it back after gates of its own"
+                                                      " (playbooks/rollout.yml does, after the release's gates)."]},
     "sglang_service_traffic_timeout": {"type": "int", "default": 120,
                                        "description": "Seconds a drain step waits for the router (or the command)."},
     "sglang_service_check_gpu_release": {"type": "bool", "default": True,

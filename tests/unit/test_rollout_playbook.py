@@ -125,3 +125,26 @@ def test_the_gates_reach_the_instance_where_it_listens(tmp_path):
         got[listen] = proc.stdout
     assert "http://127.0.0.1:30004" in got["127.0.0.1"] and "http://127.0.0.1:30004" in got["0.0.0.0"]
     assert "http://10.200.3.7:30004" in got["10.200.3.7"], got
+
+
+def test_a_switched_host_rejoins_client_traffic_only_after_the_release_gates():
+    """The role's run path puts an instance back after its own readiness (health, smoke, drafter); the rollout's
+    gates (throughput, acceptance floor) come after it. The switch keeps the instance out (rejoin false) and puts it
+    back after the gates passed and the release was recorded; a failing host rejoins through the rescue's run path,
+    on its previous release."""
+    _preflight, _stage, switch, _gc = plays("rollout.yml")
+    block = next(task for task in switch["tasks"] if "block" in task)
+    steps = block["block"]
+    switch_step = steps[0]
+    assert switch_step["vars"]["sglang_service_traffic_rejoin"] is False
+    mods = [next(k for k in task if "." in k) for task in steps]
+    back = next(i for i, t in enumerate(steps) if (t.get("ansible.builtin.include_role") or {}).get("tasks_from")
+                == "instance_traffic.yml")
+    assert steps[back]["vars"]["sglang_service_traffic_state"] == "in"
+    assert mods.index("ansible.builtin.assert") < back
+    assert max(i for i, m in enumerate(mods) if m == "ct200.deploy.sglang_release") < back
+    rescue_run = [t for t in block["rescue"] if "ansible.builtin.include_role" in t]
+    assert all("sglang_service_traffic_rejoin" not in (t.get("vars") or {}) for t in rescue_run)
+    role_run = yaml.safe_load((REPO / "roles" / "sglang_service" / "tasks" / "instance_run.yml").read_text())
+    rejoin = next(t for t in role_run if t.get("name", "").startswith("Run | back in rotation"))
+    assert "sglang_service_traffic_rejoin | bool" in rejoin["when"]
