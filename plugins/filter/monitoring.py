@@ -26,7 +26,11 @@ def monitoring_files(hosts, hostvars, monitoring_host, router=None, host_exporte
     for host in hosts:
         facts = hostvars[host]
         endpoints = facts.get("ct200_monitoring_endpoints")
-        by_host[str(host)] = None if endpoints is None else (str(facts.get("ansible_host") or host), list(endpoints))
+        # hosts that share one network namespace (the sandbox's nsenter hosts: ct200_traffic_shared_loopback, as the
+        # drain steps read it) reach each other's loopback: their address for the loopback rule is loopback
+        shared = str(facts.get("ct200_traffic_shared_loopback") or "").lower() in ("true", "yes", "1")
+        address = "127.0.0.1" if shared else str(facts.get("ansible_host") or host)
+        by_host[str(host)] = None if endpoints is None else (address, list(endpoints))
     try:
         return monitoring.monitoring_files(by_host, str(monitoring_host), router or None,
                                            host_exporter_port or None, min_accept_length)

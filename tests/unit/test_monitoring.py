@@ -183,3 +183,18 @@ def test_status_table_router_cells():
     (row,) = mon.status_rows(report)
     assert row["in_rotation"] == "external" and "healthy but out of rotation" not in row["verdict"]
     assert mon.status_table([row]).splitlines()[1].split()[-2] == "external"
+
+
+def test_monitoring_files_filter_accepts_loopback_only_where_the_hosts_share_the_namespace():
+    """The demo's sandbox hosts share this machine's network namespace (ct200_traffic_shared_loopback, as the
+    drain steps read it): a Prometheus on one of them scrapes the other's loopback instance. Elsewhere refused."""
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.ct200.deploy.plugins.filter.monitoring import monitoring_files
+    eps = {h: mon.instance_endpoints(h, "127.0.0.1", [dict(KIMI, host="127.0.0.1")]) for h in ("h1", "h2")}
+    shared = {h: {"ct200_monitoring_endpoints": e, "ct200_traffic_shared_loopback": True} for h, e in eps.items()}
+    files = monitoring_files(["h1", "h2"], shared, "h1")
+    assert json.loads(files["instances.json"])[1]["targets"] == ["127.0.0.1:30000"]
+    apart = {h: {"ct200_monitoring_endpoints": e, "ansible_host": "10.0.0.%d" % i}
+             for i, (h, e) in enumerate(eps.items(), 1)}
+    with pytest.raises(AnsibleFilterError, match="h2/kimi listens on loopback"):
+        monitoring_files(["h1", "h2"], apart, "h1")
