@@ -14,8 +14,11 @@ local Hub in one of its own), one full deploy_kimi.yml (not timed), then in ONE 
 * ``bad_release_hosts_touched``: a drafter revision whose acceptance is 1.0: hosts whose unit was
   restarted (the canary, which the gate caught and moved back) -- goal 1;
 * ``rollback_seconds``: ``ct200 rollback`` of the whole fleet (back to the previous release);
-* ``revision_bump_hub_bytes_over_changed``: from benchmarks/rollout/revision_bump.py (the staging
-  helper's figure) when it is there, else null;
+* ``revision_bump_hub_bytes_over_changed``: the file bytes the fleet's Hub sent while the bad release was staged on
+  all 8 hosts (every host holding the previous commit; the commit changes README.md and standin.json) / the bytes of
+  the changed files; per path in ``revision_bump_fleet``. ``revision_bump_mixed_fleet``: the same for the 8-host
+  rollout, whose previous commits differ (hosts[0] took the one-host commit); ``revision_bump_local_*``:
+  benchmarks/rollout/revision_bump.py (one host, a local Hub, one changed config.json);
 * ``all_verified``: every host served the 8-host rollout's release with its gate figures recorded, the
   bad release left every host on that release, and the rollback put every host on its previous one.
 
@@ -65,6 +68,19 @@ def changed_bytes(hub, repo_id, before) -> int:
     """Bytes of the files main's commit holds that BEFORE (the repo as it was) lacks or holds with other content."""
     old = {path: f.sha256 for path, f in before.files.items()}
     return sum(f.size for path, f in hub.repo(repo_id).files.items() if old.get(path) != f.sha256)
+
+
+def hub_figures(hub, changed: int) -> dict:
+    """The Hub's file answers since its last reset_stats: bytes, and per path how often and how many bytes."""
+    rows = [r for r in hub.requests_log() if r["kind"] in ("resolve_get", "cdn_get") and 200 <= r["status"] < 300]
+    sent = sum(r["bytes_sent"] for r in rows)
+    per_path: dict = {}
+    for r in rows:
+        entry = per_path.setdefault(r.get("path") or "?", {"answers": 0, "bytes": 0})
+        entry["answers"] += 1
+        entry["bytes"] += r["bytes_sent"]
+    return {"hub_file_bytes": sent, "changed_bytes": changed, "per_path": per_path,
+            "hub_bytes_over_changed": round(sent / changed, 4) if changed else None}
 
 
 def main(argv=None) -> int:
@@ -123,13 +139,9 @@ def main(argv=None) -> int:
             t0 = time.monotonic()
             run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra())
             out["rollout_8_s"] = round(time.monotonic() - t0, 1)
-        # what the fleet's Hub sent for a commit that changed only small files: with the kept snapshot hard-linked
-        # and the fan-out, its changed bytes once for the whole fleet
-        hub_file_bytes = sum(r["bytes_sent"] for r in hub.requests_log()
-                             if r["kind"] in ("resolve_get", "cdn_get") and 200 <= r["status"] < 300)
-        out["revision_bump_fleet_hub_bytes"] = hub_file_bytes
-        out["revision_bump_changed_bytes"] = changed
-        out["revision_bump_hub_bytes_over_changed"] = round(hub_file_bytes / changed, 4) if changed else None
+        # this commit follows the one-host commit: hosts[0] holds that one, the others the deploy's, so the fleet's
+        # Hub bytes here are reported beside the clean figure (below, every host on the same previous commit)
+        out["revision_bump_mixed_fleet"] = hub_figures(hub, changed)
         out["rollout_8_over_1"] = round(out["rollout_8_s"] / out["rollout_1_s"], 3)
         out["max_unavailable_observed"] = avail.max_down
         verified.append(run.rc == 0)
@@ -140,8 +152,16 @@ def main(argv=None) -> int:
 
         # a bad release: caught at the canary
         before = t.snapshot(served)
+        before_bump = hub.repo(t.DRAFTER)
         t.commit_drafter(served, {"accept_length": 1.0}, "bench: bad drafter")
+        changed = changed_bytes(hub, t.DRAFTER, before_bump)
+        hub.reset_stats()
         run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra())
+        # every host holds the previous commit and stages this one (the canary fails after the staging): what the
+        # fleet's Hub sent for a commit that changed two small files, with the kept snapshot hard-linked and the fan-out
+        bump = hub_figures(hub, changed)
+        out["revision_bump_fleet"] = bump
+        out["revision_bump_hub_bytes_over_changed"] = bump["hub_bytes_over_changed"]
         bad = t.snapshot(served)
         out["bad_release_hosts_touched"] = sum(bad[h]["started"] != before[h]["started"] for h in hosts)
         verified.append(run.rc != 0 and all(bad[h]["state"] == before[h]["state"] for h in hosts))
