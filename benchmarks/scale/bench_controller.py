@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Controller cost at scale: CPU seconds and wall per host of a no-op deploy_kimi at N = 8, 64, 256.
 
-    /work/wt/heavy python benchmarks/scale/bench_controller.py --json /tmp/scale.json [--quick] [--label before]
+    .venv/bin/python benchmarks/scale/bench_controller.py --json /tmp/scale.json [--quick] [--label before]
 
 Hosts: `ansible_connection=local` inventory hosts, each with its own paths under one temporary root
 (ROOT/hosts/hNNNN/: token file, models dir, SGLang venv path, its own Python wrapper as
@@ -361,7 +361,7 @@ def run(args) -> dict:
 
 
 def merge(paths: list) -> dict:
-    """One result from several invocations (one per N, each through /work/wt/heavy): their no-op runs side by
+    """One result from several invocations (one per N, each its own process): their no-op runs side by
     side and the keys over all of them (growth_exponent needs two N at least); the site plan of the last."""
     parts = [json.loads(Path(p).read_text()) for p in paths]
     results = {"merged_from": [str(p) for p in paths], "noop_deploy": {}, "invocations": []}
