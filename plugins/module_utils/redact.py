@@ -139,8 +139,10 @@ def scrub(value, secrets=()):
         return redact(value, secrets)
     if isinstance(value, dict):
         return dict((redact(k, secrets) if isinstance(k, str) else k, scrub(v, secrets)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return type(value)(scrub(v, secrets) for v in value)
+    if isinstance(value, tuple):
+        return tuple(scrub(v, secrets) for v in value)
+    if isinstance(value, list):  # a plain list: ansible-core 2.19's lazy list cannot be built by its type
+        return [scrub(v, secrets) for v in value]
     return value
 
 

@@ -34,7 +34,7 @@ def test_the_vars_file_renders_through_the_filter():
     res = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible"), "localhost", "-c", "local",
                           "-i", "localhost,", "-m", "ansible.builtin.debug", "-a", "msg={{ [ct200_target_dir, ct200_draft_dir] }}",
                           "-e", "@" + os.path.join(REPO, "playbooks", "vars", "kimi_instance.yml"), "-e", extra],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     msg = json.loads(res.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"]
     assert msg == ["/models/org/t/snapshots/" + C1, "/models/org/d/snapshots/" + "d" * 40]
