@@ -6,12 +6,12 @@ loopback, in front of two SGLang stand-ins: one healthy, one whose /health_gener
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 import pytest
 
 import prometheus_bin
+from prometheus_bin import wait
 import traffic_lab as lab
 
 pytestmark = pytest.mark.skipif(not lab.PARSE_VENV.joinpath("bin", "python").exists(),
@@ -21,16 +21,6 @@ pytestmark = pytest.mark.skipif(not lab.PARSE_VENV.joinpath("bin", "python").exi
 def get(url):
     with urllib.request.urlopen(url, timeout=10) as answer:
         return answer.status, answer.read().decode()
-
-
-def wait(what, probe, timeout):
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError("%s: not within %ds (last: %r)" % (what, timeout, last))
 
 
 def test_the_health_generate_alert_fires_for_the_instance_that_does_not_generate(tmp_path):

@@ -10,6 +10,7 @@ import urllib.request
 
 import models
 import prometheus_bin
+from prometheus_bin import wait
 from conftest import kimi_params, plan, real_dialect, require_parse_venv
 from test_standin import CHAT, call, free_port, start
 
@@ -17,16 +18,6 @@ from test_standin import CHAT, call, free_port, start
 def api(port, path):
     with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as answer:
         return json.loads(answer.read())["data"]
-
-
-def wait(what, probe, timeout):
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError("%s: not within %ds (last: %r)" % (what, timeout, last))
 
 
 def test_prometheus_fires_the_acceptance_alert_on_a_bad_drafter(tmp_path):

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import subprocess
+import time
 
 import jinja2
 import yaml
@@ -105,3 +106,15 @@ def start_prometheus(config_dir, stand_ins: dict, port: int, **over):
     return subprocess.Popen([binary("prometheus"), "--config.file", os.path.join(config_dir, "prometheus.yml"),
                              "--storage.tsdb.path", os.path.join(config_dir, "data"),
                              "--web.listen-address", "127.0.0.1:%d" % port], stdout=log, stderr=log)
+
+
+def wait(what, probe, timeout):
+    """``probe()``'s first truthy answer within ``timeout`` seconds (polled every 0.5 s), else an
+    AssertionError naming ``what`` and the last answer: the live tests wait for scrapes and alerts."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError("%s: not within %ds (last: %r)" % (what, timeout, last))
