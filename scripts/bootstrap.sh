@@ -79,7 +79,7 @@ tests/support/sandbox/build-rootfs.sh
 log "SGLang wheelhouse for the sandbox hosts (installed by the sglang_runtime role)"
 scripts/sglang-wheelhouse.sh 0.5.23
 log "local apt repository for the sandbox hosts (no internet inside): sglang_runtime, weight_peer and monitoring install from it"
-scripts/local-apt-repo.sh ninja-build numactl python3-apt nginx-light prometheus
+scripts/local-apt-repo.sh ninja-build numactl python3-apt nginx-light prometheus prometheus-blackbox-exporter
 
 for v in 0.5.23 0.5.11; do
   log "SGLang $v parser venv"
