@@ -452,6 +452,46 @@ def earlier_sibling(peers, host, seed=None, fanout=1, seed_fanout=None):
     return Source("peer", siblings[index - 1], url)
 
 
+def binomial_parent(index):
+    """The host ``index`` takes the final file from: ``index`` less its highest bit (site order)."""
+    return index - (1 << (index.bit_length() - 1))
+
+
+def binomial_earlier(index):
+    """The host that takes the final file from the same sender just before ``index`` (None: the first).
+
+    A sender ``p`` sends to ``p + 2**k`` for every ``2**k > p``, smallest first."""
+    parent = binomial_parent(index)
+    half = (index - parent) // 2
+    return parent + half if half > parent else None
+
+
+class FinalRoute(object):
+    """Where the repository's last large file comes from: a binomial broadcast over the site order.
+
+    The tree sends each file down one edge at a time, so its last file reaches the deepest leaf
+    only after one copy per edge on the way (five in a binary tree of 8 behind a seed with one
+    child). Once the seed has it, nothing else is in flight: every host that has it may send it,
+    and the number of hosts that have it doubles with each copy's time (three for 8, log2 N)."""
+
+    def __init__(self, source, after=None):
+        self.source = source
+        self.after = after
+
+
+def final_route(peers, host, seed=None):
+    """The FinalRoute of ``host`` (None for the seed): peers are the site's ordered [{"name", "url"}]."""
+    order = site_order([p["name"] for p in peers], seed)
+    url = dict((p["name"], p["url"]) for p in peers)
+    index = order.index(host)
+    if index == 0:
+        return None
+    parent, earlier = binomial_parent(index), binomial_earlier(index)
+    kind = "seed" if parent == 0 else "peer"
+    after = None if earlier is None else Source("peer", order[earlier], url[order[earlier]])
+    return FinalRoute(Source(kind, order[parent], url[order[parent]], wait=True), after)
+
+
 def hub_source(endpoint, token=None):
     from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http import HUB_ORIGINS, origin_of
 
@@ -486,7 +526,7 @@ class Fetcher(object):
     def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
                  peer_stall=60.0, poll=0.2, stall_timeout=60.0, max_workers=8, source_attempts=2, parallel_files=4,
                  progress_interval=1.0, lock_timeout=0.0, min_free_bytes=None, probe=None, clock=time.monotonic, sleep=time.sleep,
-                 layout="flat", reuse_dirs=None, after=None):
+                 layout="flat", reuse_dirs=None, after=None, final=None):
         self.local_dir = os.path.abspath(local_dir)
         self.root_dir = None
         if layout == "snapshots":  # local_dir is the repository's root: fetch into its snapshot of this commit
@@ -503,6 +543,7 @@ class Fetcher(object):
         self.files = validate_listing(files)
         self.sources = list(sources)
         self.after = after  # a sibling that takes each file from the same parent first (earlier_sibling)
+        self.final = final  # the FinalRoute of the last large file (final_route), or None: the tree's
         self.peer_wait = peer_wait
         self.peer_stall = peer_stall
         self.poll = poll
@@ -723,11 +764,12 @@ class Fetcher(object):
         source order themselves, so a parent that dies or gives up is handled per file."""
         stop = threading.Event()
         primary = next((source for source in self.sources if source.wait), None)
+        final_path = self._final_path(files)
 
-        def one(pf, confirmed):
+        def one(pf, confirmed, final):
             if not stop.is_set():
                 try:
-                    self._fetch_file(pf, manifest, engine_mod, confirmed)
+                    self._fetch_file(pf, manifest, engine_mod, confirmed, self._sources_for(final))
                 except BaseException:
                     stop.set()
                     raise
@@ -738,36 +780,51 @@ class Fetcher(object):
                 if stop.is_set():
                     break
                 confirmed = None
-                if primary is not None and not primary.down:
-                    verdict = wait_for(self.probe, primary.base, pf.path, pf.size, self.peer_wait, self.peer_stall,
+                final = self.final if pf.path == final_path else None
+                waited = final.source if final is not None else primary
+                if waited is not None and not waited.down:
+                    verdict = wait_for(self.probe, waited.base, pf.path, pf.size, self.peer_wait, self.peer_stall,
                                        self.poll, clock=self.clock, sleep=self.sleep, on_seen=self._upstream_moved,
                                        in_order=True)
                     if verdict == "has":
-                        confirmed = primary  # the worker asks it for the bytes at once, without another HEAD
-                        self._after_sibling(pf)
+                        confirmed = waited  # the worker asks it for the bytes at once, without another HEAD
+                        self._after_sibling(pf, final)
                     elif verdict == "down":
-                        primary.down = True
-                    elif verdict == "gave_up":
+                        waited.down = True
+                    elif verdict == "gave_up" and final is None:
                         primary = None  # the workers wait (or not) per file from here on
                 if pf.size >= OVERLAP_BYTES:  # a small file (config, index) does not hold the link
                     self._wait_for_room(futures, stop)
-                future = pool.submit(one, pf, confirmed)
+                future = pool.submit(one, pf, confirmed, final)
                 future.pf = pf
                 futures.append(future)
             for future in futures:
                 future.result()
 
-    def _after_sibling(self, pf):
+    @staticmethod
+    def _final_path(files):
+        """The last file (in fetch order) large enough to hold a link: the one the FinalRoute carries."""
+        large = [pf.path for pf in files if pf.size >= OVERLAP_BYTES]
+        return large[-1] if large else None
+
+    def _sources_for(self, final):
+        """The sources a worker tries for a file: the final route's sender first for the final file."""
+        if final is None:
+            return self.sources
+        return [final.source] + [source for source in self.sources if source.name != final.source.name]
+
+    def _after_sibling(self, pf, final=None):
         """Wait until the earlier sibling has ``pf`` while its progress moves (it is taking it from
-        the same parent); one that is down, stands still or finished without it ends the waiting
-        for the rest of the run."""
-        sibling = self.after
+        the same sender); one that is down, stands still or finished without it ends the waiting
+        for the rest of the run (for the final file: for that file)."""
+        route = final if final is not None else self
+        sibling = route.after
         if sibling is None or sibling.down:
             return
         verdict = wait_for(self.probe, sibling.base, pf.path, pf.size, self.peer_stall, SIBLING_STALL, self.poll,
                            clock=self.clock, sleep=self.sleep, in_order=True)
         if verdict != "has":
-            self.after = None
+            route.after = None
 
     def _left_in_flight(self, futures):
         """Bytes the files handed to workers still have to fetch (a whole file until its engine runs)."""
@@ -781,9 +838,9 @@ class Fetcher(object):
         while not stop.is_set() and self._left_in_flight(futures) >= OVERLAP_BYTES:
             self.sleep(self.poll)
 
-    def _fetch_file(self, pf, manifest, engine_mod, confirmed=None):
+    def _fetch_file(self, pf, manifest, engine_mod, confirmed=None, sources=None):
         causes = []
-        for source in self.sources:
+        for source in sources or self.sources:
             if source.down:
                 continue
             outcome = self._from_source(pf, source, manifest, engine_mod, has=source is confirmed)

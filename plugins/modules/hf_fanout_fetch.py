@@ -26,6 +26,11 @@ description:
     only once that sibling has it (while the sibling's progress moves; one that is down or stands still for 3 s is
     not waited for again). Two copies side by side share the parent's uplink and both end after two copies' time,
     one after the other the first ends after one and its own children start earlier.
+  - B(The last file by doubling.) The last file of at least 1 MiB in path order does not follow the tree. Once
+    the seed has it nothing else is in flight, so every host that has it sends it on (host C(i) takes it from
+    C(i) less its highest bit, one sender's receivers one after another): the hosts that have it double with each
+    copy's time, and it reaches a site of N hosts after log2(N) copies instead of one per edge of the tree's
+    deepest path. Its other sources stay as above.
   - B(Verification from the Hub, never from a peer.) Every file is hashed while it is written and renamed into
     place only when its sha256 (or git blob sha1) equals the oid of O(files), which must come from the seed's
     Hub listing. Bytes move through the same engine and manifest as M(ct200.deploy.hf_download) (resumable part
@@ -307,7 +312,8 @@ def _fetcher(module):
                           stall_timeout=p["stall_timeout"], max_workers=p["max_workers"],
                           parallel_files=p["parallel_files"], lock_timeout=p["lock_timeout"],
                           min_free_bytes=p["min_free_bytes"], layout=p["layout"], reuse_dirs=p["reuse_dirs"],
-                          after=fanout.earlier_sibling(p["peers"], p["host"], p["seed"], p["fanout"], p["seed_fanout"]))
+                          after=fanout.earlier_sibling(p["peers"], p["host"], p["seed"], p["fanout"], p["seed_fanout"]),
+                          final=fanout.final_route(p["peers"], p["host"], p["seed"]))
 
 
 def main():

@@ -22,6 +22,21 @@ CHUNK = 64 << 10
 def parent():
     """A peer's file server: HEAD/GET of ``files``, CHUNK every 5 ms per response; no progress document.
     ``served`` holds (path, began, ended) of every GET."""
+    server = _file_server()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture()
+def other_peer():
+    server = _file_server()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _file_server():
     files, served = {}, []
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -61,9 +76,7 @@ def parent():
     server.files, server.served = files, served
     server.base = "http://127.0.0.1:%d/model" % server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    return server
 
 
 def most_at_once(spans):
@@ -157,3 +170,47 @@ def test_a_sibling_that_is_down_is_not_waited_for(tmp_path, parent):
     result = fetcher.run()
     assert result["files_fetched"] == 2 and fetcher.after is None
     assert time.monotonic() - started < 10, "waited for a sibling that is down"
+
+
+def test_the_last_large_file_comes_from_the_final_route_and_the_rest_from_the_tree(tmp_path, parent, other_peer):
+    listing = _listing(parent, 3)
+    other_peer.files.update(parent.files)
+    parent.files["z-config.json"] = other_peer.files["z-config.json"] = b"{}"
+    listing["z-config.json"] = {"size": 2, "oid": fanout_blob_sha1(b"{}"), "lfs": False}
+    final = fanout.FinalRoute(fanout.Source("seed", "h0", other_peer.base, wait=True))
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing, [fanout.Source("parent", "h1", parent.base, wait=True)],
+                             poll=0.01, peer_stall=10, stall_timeout=10, final=final)
+    result = fetcher.run()
+    assert result["files_fetched"] == 4
+    sources = dict((path, seen["source"]) for path, seen in result["file_times"].items())
+    last = "model-00003-of-00003.safetensors"  # the small config after it does not hold a link: the tree's
+    assert sources == dict((path, "h0" if path == last else "h1") for path in listing), sources
+    assert [path for path, _b, _e in other_peer.served] == [last]
+
+
+def test_a_final_sender_that_is_down_leaves_the_last_file_to_the_tree(tmp_path, parent):
+    listing = _listing(parent, 2)
+    final = fanout.FinalRoute(fanout.Source("seed", "h0", "http://127.0.0.1:9/model", wait=True))
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing, [fanout.Source("parent", "h1", parent.base, wait=True)],
+                             poll=0.01, peer_stall=10, stall_timeout=10, final=final)
+    result = fetcher.run()
+    assert result["files_fetched"] == 2 and final.source.down
+    assert set(seen["source"] for seen in result["file_times"].values()) == {"h1"}
+
+
+def test_the_final_file_waits_for_the_earlier_receiver_of_the_same_sender(tmp_path, parent):
+    listing = _listing(parent, 2)
+    probe = SiblingProbe(lag=0.3)
+    final = fanout.FinalRoute(fanout.Source("seed", "h0", parent.base, wait=True),
+                              after=fanout.Source("peer", "h2", SiblingProbe.SIBLING))
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing, [fanout.Source("parent", "h1", parent.base, wait=True)],
+                             poll=0.01, peer_stall=10, stall_timeout=10, probe=probe, final=final)
+    fetcher.run()
+    last = sorted(listing)[-1]
+    began = dict((path, start) for path, start, _end in parent.served)
+    assert set(probe.had) == {last}, "only the final file waits for the final route's earlier receiver"
+    assert began[last] >= probe.had[last]
+
+
+def fanout_blob_sha1(data):
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

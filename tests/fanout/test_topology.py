@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Topology, source order, listing validation and the wait-for-a-peer logic (no network)."""
 
+import math
+
 import pytest
 
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
@@ -235,3 +237,39 @@ def test_the_earlier_sibling_is_the_child_of_the_same_parent_just_before():
     assert fanout.earlier_sibling(peers, "e", fanout=2, seed_fanout=2).name == "d"
     assert fanout.earlier_sibling(peers, "h", fanout=2, seed_fanout=2) is None  # d's only child
     assert fanout.earlier_sibling(peers, "c", fanout=1, seed_fanout=1) is None  # a chain has none
+
+
+def _final_rounds(count):
+    """{index: the copy round in which it gets the final file}, from binomial_parent/binomial_earlier
+    alone: a receiver starts after its sender has the file and after the sender's earlier receiver."""
+    rounds = {0: 0}
+    for index in range(1, count):
+        parent, earlier = fanout.binomial_parent(index), fanout.binomial_earlier(index)
+        assert parent < index and (earlier is None or parent < earlier < index)
+        if earlier is not None:
+            assert fanout.binomial_parent(earlier) == parent, "the earlier receiver has another sender"
+        rounds[index] = max(rounds[parent], rounds[earlier] if earlier is not None else 0) + 1
+    return rounds
+
+
+@pytest.mark.parametrize("count", [2, 3, 7, 8, 9, 16, 33, 64, 1000])
+def test_the_final_file_reaches_the_site_in_log2_copies(count):
+    rounds = _final_rounds(count)
+    assert max(rounds.values()) == math.ceil(math.log2(count))
+    busy = {}
+    for index in range(1, count):  # one copy at a time out of every sender
+        key = (fanout.binomial_parent(index), rounds[index])
+        assert key not in busy, "sender %d sends to %d and %d in round %d" % (key[0], busy.get(key), index, key[1])
+        busy[key] = index
+
+
+def test_the_final_route_of_eight_hosts():
+    peers = [{"name": n, "url": "http://10.0.0.%d:8080/m" % i} for i, n in enumerate("abcdefgh")]
+    assert fanout.final_route(peers, "a") is None
+    routes = dict((n, fanout.final_route(peers, n)) for n in "bcdefgh")
+    assert dict((n, r.source.name) for n, r in routes.items()) == {
+        "b": "a", "c": "a", "d": "b", "e": "a", "f": "b", "g": "c", "h": "d"}
+    assert dict((n, r.after and r.after.name) for n, r in routes.items()) == {
+        "b": None, "c": "b", "d": None, "e": "c", "f": "d", "g": None, "h": None}
+    assert routes["c"].source.kind == "seed" and routes["f"].source.kind == "peer" and routes["f"].source.wait
+    assert fanout.final_route(peers, "a", seed="c").source.name == "c"
