@@ -208,7 +208,7 @@ def parse_args(argv):
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     ap.add_argument("--hosts", type=int, default=8)
     ap.add_argument("--fanout", type=int, default=2, help="children per host of the measured tree (1 = chain)")
-    ap.add_argument("--seed-fanout", type=int, default=1, help="children of the seed in the measured tree")
+    ap.add_argument("--seed-fanout", type=int, default=2, help="children of the seed in the measured tree")
     ap.add_argument("--hub-rate", default="40mbit")
     ap.add_argument("--host-rate", default="100mbit")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="default",
