@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -325,11 +326,29 @@ def main(argv=None):
     return 0
 
 
+class BusyLoops(object):
+    """``cpus`` Python processes spinning at nice 0: the load where Debian's stress-ng is not installed."""
+
+    def __init__(self, cpus):
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
+
+    def terminate(self):
+        for proc in self.procs:
+            proc.terminate()
+
+    def wait(self, timeout=None):
+        for proc in self.procs:
+            proc.wait(timeout=timeout)
+
+
 def start_stress(cpus):
-    """stress-ng burning ``cpus`` CPUs at nice 0 for the loaded run (None without --stress)."""
+    """stress-ng (else BusyLoops) burning ``cpus`` CPUs at nice 0 for the loaded run (None without --stress)."""
     if not cpus:
         return None
-    proc = subprocess.Popen(["stress-ng", "--cpu", str(cpus), "--quiet"], stdout=subprocess.DEVNULL)
+    if shutil.which("stress-ng"):
+        proc = subprocess.Popen(["stress-ng", "--cpu", str(cpus), "--quiet"], stdout=subprocess.DEVNULL)
+    else:
+        proc = BusyLoops(cpus)
     time.sleep(5)  # the load average starts to show it
     return proc
 
@@ -371,6 +390,7 @@ def report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start):
                                     "host_rate": args.host_rate, "shards": args.shards, "repo_bytes": repo_bytes,
                                     "quick": args.quick, "repeat": args.repeat, "note": args.note, "nice": args.nice,
                                     "stress_ng_cpus": args.stress,
+                                    "stress_tool": ("stress-ng" if shutil.which("stress-ng") else "busy loops") if args.stress else None,
                                     "data_path": "network namespaces + Debian nginx + modules "
                                                  "as processes (no SSH/systemd hosts)"},
                    cases=cases, runs=runs_doc, started=started, seconds=round(time.time() - started, 1),
