@@ -85,17 +85,21 @@ class Proc:
             self.lines.append((time.time(), line.rstrip("\n")))
 
     def terminate(self, timeout=30.0) -> float:
-        """SIGTERM and wait (SIGKILL after timeout, like TimeoutStopSec=); returns the seconds it took."""
+        """SIGTERM and wait (SIGKILL after timeout, like TimeoutStopSec=); returns the seconds until the
+        process was gone (``killed`` says whether the timeout's SIGKILL ended it)."""
         t0 = time.monotonic()
+        self.killed = False
         if self.p.poll() is None:
             self.p.send_signal(signal.SIGTERM)
             try:
                 self.p.wait(timeout)
             except subprocess.TimeoutExpired:
+                self.killed = True
                 self.p.kill()
                 self.p.wait(10)
-        self._t.join(5)
-        return time.monotonic() - t0
+        stopped = time.monotonic() - t0
+        self._t.join(5)  # the output reader: not part of the stop
+        return stopped
 
     def kill(self):
         if self.p.poll() is None:

@@ -85,7 +85,8 @@ def test_the_drained_process_got_no_request_once_out(drained):
 def test_a_request_in_flight_at_sigterm_finished(drained):
     status = drained["inflight"]["r"][0]
     assert status == 200
-    assert drained["stop_seconds"] < 5
+    # it ended on its own once the request was answered, not by the stop timeout's SIGKILL (30 s)
+    assert not drained["old"].killed and drained["stop_seconds"] < 30
 
 
 def test_the_new_process_got_traffic_only_after_readiness_and_put_back(drained):
