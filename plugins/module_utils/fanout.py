@@ -48,6 +48,7 @@ import urllib.parse
 
 from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
 from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import DownloadError
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import (
     redact_url, repo_path_problem, tree_entry_problem, tree_shape_problem)
 
@@ -63,15 +64,12 @@ OVERLAP_BYTES = 1 << 20
 SIBLING_STALL = 3.0
 
 
-class FanoutError(Exception):
-    """Operator-facing failure: ``message`` names the cause, ``fix`` the way out."""
+class FanoutError(DownloadError):
+    """Operator-facing failure of the fan-out: hf_download's error type (``message``, ``code``, ``fix``,
+    ``details``), the fix second and the code ``fanout_failed`` unless named."""
 
     def __init__(self, message, fix="", code="fanout_failed", details=None):
-        super().__init__(message)
-        self.message = message
-        self.fix = fix
-        self.code = code
-        self.details = details or {}
+        super().__init__(message, code=code, fix=fix, details=details)
 
 
 # ------------------------------------------------------------------- topology
