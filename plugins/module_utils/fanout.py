@@ -41,7 +41,6 @@ import http.client
 import json
 import math
 import os
-import socket
 import threading
 import time
 import urllib.parse
@@ -51,6 +50,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_wri
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import DownloadError
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import (
     redact_url, repo_path_problem, tree_entry_problem, tree_shape_problem)
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http import HUB_ORIGINS, origin_of, shutdown_socket
 
 STATUS_PREFIX = "/_ct200/"
 PROGRESS_NAME = "progress.json"
@@ -271,7 +271,7 @@ def _request(url, method, timeout):
         conn = conns.get(key)
         if conn is None:
             conn = conns[key] = http.client.HTTPConnection(key[0], key[1], timeout=timeout)
-        deadline = threading.Timer(timeout, _abort, [conn])  # one time box for the whole exchange
+        deadline = threading.Timer(timeout, shutdown_socket, [conn])  # one time box for the whole exchange
         deadline.daemon = True
         deadline.start()
         try:
@@ -306,16 +306,6 @@ def _bounded_body(resp):
     if resp.length == 0:
         resp.read()  # read1 leaves a fully read body open; this marks it complete (the connection stays usable)
     return b"".join(chunks)
-
-
-def _abort(conn):
-    """The time box ran out: shut the socket down so the blocked read returns at once."""
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 def file_url(base, path):
@@ -491,8 +481,6 @@ def final_route(peers, host, seed=None):
 
 
 def hub_source(endpoint, token=None):
-    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http import HUB_ORIGINS, origin_of
-
     headers = {"User-Agent": USER_AGENT}
     if token:
         headers["Authorization"] = "Bearer " + token
