@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.ct200.deploy.plugins.module_utils._io import listdir_sorted
+
 # Keys under which multimodal / wrapper configs nest the language model.
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_config")
 
@@ -253,11 +255,7 @@ def weight_bytes(path: str):
             return total, "index"
     total = 0
     found = False
-    try:
-        names = sorted(os.listdir(path))
-    except OSError:
-        names = []
-    for name in names:
+    for name in listdir_sorted(path):
         if name.endswith(".safetensors"):
             try:
                 total += os.path.getsize(os.path.join(path, name))
