@@ -21,14 +21,14 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.ct200.deploy.plugins.module_utils.hf_progress import format_line
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_progress import WAIT_ARGUMENT_SPEC, format_line
 
 display = Display()
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("jobs", "interval", "timeout"))
+    _VALID_ARGS = frozenset(WAIT_ARGUMENT_SPEC)
 
     def _progress(self, path, task_vars):
         res = self._execute_module(module_name="ansible.builtin.slurp", module_args={"src": path},
@@ -49,8 +49,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("jobs must be a list of {jid, label, progress_file} (the registered async "
                                     "results of ct200.deploy.hf_download)")
         try:
-            interval = float(args.get("interval", 30))
-            timeout = float(args.get("timeout", 172800))
+            interval = float(args.get("interval", WAIT_ARGUMENT_SPEC["interval"]["default"]))
+            timeout = float(args.get("timeout", WAIT_ARGUMENT_SPEC["timeout"]["default"]))
         except (TypeError, ValueError):
             raise AnsibleActionFail("interval and timeout must be numbers of seconds")
         if interval <= 0 or timeout <= 0:

@@ -35,21 +35,22 @@ class RunVault:
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("token", "path", "target", "var"))
+    _VALID_ARGS = frozenset(token_promotion.ARGUMENT_SPEC)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
         missing = [name for name in ("token", "path") if not args.get(name)]
-        target = args.get("target", "token_file")
-        if missing or target not in ("token_file", "vars_file"):
+        spec = token_promotion.ARGUMENT_SPEC
+        target = args.get("target", spec["target"]["default"])
+        if missing or target not in token_promotion.TARGETS:
             return dict(result, failed=True, msg="hf_token_promote needs token and path, and target token_file or "
                                                  "vars_file (missing: %s, target: %s)" % (missing, target))
         try:
             if target == "token_file":
                 out = token_promotion.promote_token_file(args["path"], args["token"], check_mode=self._task.check_mode)
             else:
-                out = token_promotion.promote_vars_file(args["path"], args["token"], args.get("var") or "vault_hf_token",
+                out = token_promotion.promote_vars_file(args["path"], args["token"], args.get("var") or spec["var"]["default"],
                                                         vault=RunVault(self._loader._vault),  # pylint: disable=protected-access
                                                         check_mode=self._task.check_mode)
         except token_promotion.PromotionError as exc:

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: ct200-deploy developers
 # SPDX-License-Identifier: Apache-2.0
-"""The one place where the collection writes, opens for writing and removes files.
+"""The one place where the collection writes, opens for writing, removes and lists files.
 
 Every writer in the collection goes through here so that all of them behave the
 same way on hostile ground (a directory an attacker could plant files in):
@@ -19,6 +19,7 @@ same way on hostile ground (a directory an attacker could plant files in):
 * ``safe_remove``: unlinks a regular file (or symlink) without following
   anything, under the same walk.
 * ``safe_relpath``: refuses relative paths that could leave their root.
+* ``listdir_sorted``: a directory's names in a stable order, none when it cannot be listed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ _CONTROL = {chr(c) for c in range(0x20)} | {"\x7f"}
 
 class UnsafePathError(ValueError):
     """A path that would leave its root or pass through a symlink; message names it and the fix."""
+
+
+def listdir_sorted(path, ignore=OSError):
+    """The names in directory ``path``, sorted; [] when listing it raises ``ignore`` (any OSError by default;
+    FileNotFoundError where a directory that is there but cannot be read must stop the caller)."""
+    try:
+        return sorted(os.listdir(path))
+    except ignore:
+        return []
 
 
 def safe_relpath(relpath, what="path"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
 
 __all__ = [
     "DiskSpaceError",
@@ -39,18 +40,17 @@ class DiskSpaceError(Exception):
         self.checks = checks or []
 
 
-class FsInfo(object):
+@dataclass(eq=False)
+class FsInfo:
     """Facts about the filesystem that holds a path."""
 
     __slots__ = ("path", "device", "mountpoint", "fstype", "free_bytes", "total_bytes")
-
-    def __init__(self, path, device, mountpoint, fstype, free_bytes, total_bytes):
-        self.path = path
-        self.device = device
-        self.mountpoint = mountpoint
-        self.fstype = fstype
-        self.free_bytes = free_bytes
-        self.total_bytes = total_bytes
+    path: str
+    device: str
+    mountpoint: str
+    fstype: str
+    free_bytes: int
+    total_bytes: int
 
     def as_dict(self):
         return {

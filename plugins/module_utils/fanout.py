@@ -41,15 +41,16 @@ import http.client
 import json
 import math
 import os
-import socket
 import threading
 import time
 import urllib.parse
 
 from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
 from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_errors import DownloadError
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_paths import (
     redact_url, repo_path_problem, tree_entry_problem, tree_shape_problem)
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http import HUB_ORIGINS, origin_of, shutdown_socket
 
 STATUS_PREFIX = "/_ct200/"
 PROGRESS_NAME = "progress.json"
@@ -63,15 +64,12 @@ OVERLAP_BYTES = 1 << 20
 SIBLING_STALL = 3.0
 
 
-class FanoutError(Exception):
-    """Operator-facing failure: ``message`` names the cause, ``fix`` the way out."""
+class FanoutError(DownloadError):
+    """Operator-facing failure of the fan-out: hf_download's error type (``message``, ``code``, ``fix``,
+    ``details``), the fix second and the code ``fanout_failed`` unless named."""
 
     def __init__(self, message, fix="", code="fanout_failed", details=None):
-        super().__init__(message)
-        self.message = message
-        self.fix = fix
-        self.code = code
-        self.details = details or {}
+        super().__init__(message, code=code, fix=fix, details=details)
 
 
 # ------------------------------------------------------------------- topology
@@ -273,7 +271,7 @@ def _request(url, method, timeout):
         conn = conns.get(key)
         if conn is None:
             conn = conns[key] = http.client.HTTPConnection(key[0], key[1], timeout=timeout)
-        deadline = threading.Timer(timeout, _abort, [conn])  # one time box for the whole exchange
+        deadline = threading.Timer(timeout, shutdown_socket, [conn])  # one time box for the whole exchange
         deadline.daemon = True
         deadline.start()
         try:
@@ -308,16 +306,6 @@ def _bounded_body(resp):
     if resp.length == 0:
         resp.read()  # read1 leaves a fully read body open; this marks it complete (the connection stays usable)
     return b"".join(chunks)
-
-
-def _abort(conn):
-    """The time box ran out: shut the socket down so the blocked read returns at once."""
-    sock = conn.sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 def file_url(base, path):
@@ -493,8 +481,6 @@ def final_route(peers, host, seed=None):
 
 
 def hub_source(endpoint, token=None):
-    from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http import HUB_ORIGINS, origin_of
-
     headers = {"User-Agent": USER_AGENT}
     if token:
         headers["Authorization"] = "Bearer " + token

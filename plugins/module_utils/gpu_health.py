@@ -22,6 +22,8 @@ import os
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.ct200.deploy.plugins.module_utils._io import listdir_sorted
+
 Runner = Callable[[List[str]], Tuple[int, str, str]]
 
 READ_LIMIT = 1 << 20  # a proc/sys file larger than this is not what we expect
@@ -262,11 +264,7 @@ def uvm_facts(root: str = "/") -> Dict[str, Any]:
             break
     entries = []
     for directory in MODULES_LOAD_DIRS:
-        try:
-            names = sorted(os.listdir(under(directory)))[:256]
-        except OSError:
-            continue
-        for name in names:
+        for name in listdir_sorted(under(directory))[:256]:
             text = read_text(os.path.join(under(directory), name), 65536) if name.endswith(".conf") else None
             if text and any(line.split("#")[0].strip() in UVM_MODULE_NAMES for line in text.splitlines()):
                 entries.append(os.path.join(directory, name))
@@ -295,10 +293,7 @@ def kernel_log(run: Runner) -> Tuple[Optional[str], str]:
 def iommu_facts(bdfs: Sequence[str], sysfs_root: str, proc_root: str = "/proc") -> Dict[str, Any]:
     cmdline = (read_text(os.path.join(proc_root, "cmdline"), 65536) or "").split()
     wanted = [w for w in cmdline if re.match(r"^(iommu|intel_iommu|amd_iommu|pci)=", w)]
-    try:
-        units = sorted(os.listdir(os.path.join(sysfs_root, "class/iommu")))
-    except OSError:
-        units = []
+    units = listdir_sorted(os.path.join(sysfs_root, "class/iommu"))
     groups = {}
     for bdf in bdfs:
         link = os.path.join(sysfs_root, "bus/pci/devices", bdf, "iommu_group")

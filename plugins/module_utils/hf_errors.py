@@ -47,6 +47,14 @@ class DownloadError(Exception):
         self.fix = fix
         self.details = details or {}
 
+    def operator_message(self):
+        """The message with the fix after it, as a module reports it (``msg``)."""
+        return self.message + (". Fix: " + self.fix if self.fix else "")
+
+    def as_result(self):
+        """What a module fails with: ``msg`` (the fix appended), ``code``, ``fix`` and the details."""
+        return dict(msg=self.operator_message(), code=self.code, fix=self.fix, **self.details)
+
 
 @dataclass
 class Verdict:

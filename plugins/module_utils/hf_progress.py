@@ -20,6 +20,12 @@ from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_wri
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_download_spec import secrets_of
 from ansible_collections.ct200.deploy.plugins.module_utils.redact import scrub
 
+# the options of the ct200.deploy.hf_download_wait action (its module stub declares exactly these)
+WAIT_ARGUMENT_SPEC = dict(
+    jobs=dict(type="list", elements="dict", required=True),
+    interval=dict(type="float", default=30),
+    timeout=dict(type="float", default=172800),
+)
 ERROR_NAME = "error.json"  # owner-only words of the last failure (the served progress file has its code)
 
 

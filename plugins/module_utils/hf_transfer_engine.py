@@ -67,6 +67,7 @@ from ansible_collections.ct200.deploy.plugins.module_utils.hf_transfer_http impo
     TransferError,
     open_stream,
     origin_of,
+    shutdown_socket,
     token_may_follow,
 )
 from ansible_collections.ct200.deploy.plugins.module_utils.redact import redact
@@ -453,16 +454,7 @@ class Engine(object):
                 self.error = exc
             self.lock.notify_all()
         for transfer in list(self.transfers.values()):
-            self._shutdown(transfer)
-
-    @staticmethod
-    def _shutdown(transfer):
-        sock = transfer.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            shutdown_socket(transfer)
 
     def _open_job(self, job):
         with self.lock:
@@ -897,7 +889,7 @@ class Engine(object):
             for transfer in list(self.transfers.values()):
                 if not transfer.stalled and now - transfer.last_progress > self.stall_timeout:
                     transfer.stalled = True
-                    self._shutdown(transfer)
+                    shutdown_socket(transfer)
             if now - last_state >= STATE_SAVE_INTERVAL:
                 last_state = now
                 self._save_states()

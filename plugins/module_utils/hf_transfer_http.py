@@ -39,6 +39,7 @@ __all__ = [
     "open_stream",
     "get_json",
     "HUB_ORIGINS",
+    "shutdown_socket",
 ]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -281,6 +282,17 @@ class Connections(object):
             except Exception:
                 pass
         self._conns.clear()
+
+
+def shutdown_socket(holder):
+    """Shut down ``holder.sock`` (a connection or a transfer) from another thread, so that a read blocked on it
+    returns at once (a stall or a time box ran out); nothing when it has no socket or it is gone already."""
+    sock = holder.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def _request_target(conn, url):

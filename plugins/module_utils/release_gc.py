@@ -33,7 +33,7 @@ import shutil
 import stat
 
 from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
-from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError, open_nofollow
+from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError, listdir_sorted, open_nofollow
 
 RELEASE_DIR = "/var/lib/ct200/releases"
 STATE_FILE = "state.json"
@@ -83,11 +83,7 @@ def load_releases(release_dir):
     """(state or None, {id: record}); a record that cannot be read is an error only if it is current or previous."""
     state = read_json(os.path.join(release_dir, STATE_FILE))
     records, broken = {}, {}
-    try:
-        names = sorted(os.listdir(release_dir))
-    except FileNotFoundError:
-        names = []
-    for name in names:
+    for name in listdir_sorted(release_dir, FileNotFoundError):
         if not name.endswith(".json") or name == STATE_FILE or not ID_RE.match(name[:-5]):
             continue
         try:
@@ -133,11 +129,7 @@ def record_dirs(record):
 def unit_texts(unit_dir):
     """Texts of installed sglang@*.service units and the EnvironmentFile= each names (bounded, no symlink)."""
     texts = []
-    try:
-        names = sorted(os.listdir(unit_dir))
-    except FileNotFoundError:
-        return texts
-    for name in names:
+    for name in listdir_sorted(unit_dir, FileNotFoundError):
         if not UNIT_RE.match(name):
             continue
         try:

@@ -29,7 +29,7 @@ budget is what is free after the weights are loaded minus the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 GIB = 1024 ** 3
 GB = 1000 ** 3
@@ -58,19 +58,10 @@ class FitInput:
 
 
 def _cfg(model, *keys, default=None):
-    """First non-null value of any key, innermost text config first."""
-    configs = _configs(model)
-    for cfg in reversed(configs):
-        for key in keys:
-            value = cfg.get(key)
-            if value is not None:
-                return value
-    return default
-
-
-def _configs(model) -> List[Dict[str, Any]]:
-    from ansible_collections.ct200.deploy.plugins.module_utils.sglang_model import text_configs
-    return text_configs(model.raw or {})
+    """First non-null value of any key, innermost text config first (sglang_model.first_value)."""
+    from ansible_collections.ct200.deploy.plugins.module_utils.sglang_model import first_value, text_configs
+    value = first_value(text_configs(model.raw or {}), *keys)
+    return default if value is None else value
 
 
 def _int(value, default=0) -> int:

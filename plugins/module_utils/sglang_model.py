@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.ct200.deploy.plugins.module_utils._io import listdir_sorted
+
 # Keys under which multimodal / wrapper configs nest the language model.
 TEXT_CONFIG_KEYS = ("text_config", "language_config", "llm_config", "thinker_config")
 
@@ -172,7 +174,7 @@ def text_configs(config: Dict[str, Any]) -> List[Dict[str, Any]]:
     return out
 
 
-def _first(configs: List[Dict[str, Any]], *keys: str) -> Any:
+def first_value(configs: List[Dict[str, Any]], *keys: str) -> Any:
     """First non-null value of any key, innermost (text) config first."""
     for cfg in reversed(configs):
         for key in keys:
@@ -223,7 +225,7 @@ def hybrid_markers(config: Dict[str, Any]) -> List[str]:
 
 def quantization_of(configs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """quant_method and bits of the (innermost) quantization_config, if any."""
-    qc = _first(configs, "quantization_config", "compression_config")
+    qc = first_value(configs, "quantization_config", "compression_config")
     if not isinstance(qc, dict):
         return None
     out: Dict[str, Any] = {"quant_method": qc.get("quant_method") or qc.get("quant_algo")}
@@ -253,11 +255,7 @@ def weight_bytes(path: str):
             return total, "index"
     total = 0
     found = False
-    try:
-        names = sorted(os.listdir(path))
-    except OSError:
-        names = []
-    for name in names:
+    for name in listdir_sorted(path):
         if name.endswith(".safetensors"):
             try:
                 total += os.path.getsize(os.path.join(path, name))
@@ -319,15 +317,15 @@ def inspect_model(path: str, what: str = "target") -> ModelInfo:
         model_type=model_type,
         text_model_type=text_model_type,
         architectures=archs,
-        num_layers=_as_int(_first(configs, "num_hidden_layers", "n_layer", "num_layers")),
-        num_attention_heads=_as_int(_first(configs, "num_attention_heads", "n_head")),
-        num_key_value_heads=_as_int(_first(configs, "num_key_value_heads")),
-        hidden_size=_as_int(_first(configs, "hidden_size", "d_model")),
-        vocab_size=_as_int(_first(configs, "vocab_size")),
-        max_position_embeddings=_as_int(_first(configs, "max_position_embeddings")),
+        num_layers=_as_int(first_value(configs, "num_hidden_layers", "n_layer", "num_layers")),
+        num_attention_heads=_as_int(first_value(configs, "num_attention_heads", "n_head")),
+        num_key_value_heads=_as_int(first_value(configs, "num_key_value_heads")),
+        hidden_size=_as_int(first_value(configs, "hidden_size", "d_model")),
+        vocab_size=_as_int(first_value(configs, "vocab_size")),
+        max_position_embeddings=_as_int(first_value(configs, "max_position_embeddings")),
         hybrid=bool(markers),
         hybrid_markers=markers,
-        mla=_first(configs, "kv_lora_rank") is not None,
+        mla=first_value(configs, "kv_lora_rank") is not None,
         quantization=quantization_of(configs),
         weight_bytes=wbytes,
         weight_bytes_source=wsource,

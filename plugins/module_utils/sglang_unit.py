@@ -34,7 +34,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write
+from ansible_collections.ct200.deploy.plugins.module_utils._io import atomic_write, listdir_sorted
 
 Runner = Callable[[List[str]], Tuple[int, str, str]]
 
@@ -389,11 +389,7 @@ def _is_regular(fd: int) -> bool:
 def read_peers(env_dir: str, exclude: str) -> List[Dict[str, Any]]:
     """Other instances on this host, from their env files (symlinks and odd files are skipped)."""
     peers = []
-    try:
-        names = sorted(os.listdir(env_dir))
-    except OSError:
-        return peers
-    for fname in names:
+    for fname in listdir_sorted(env_dir):
         if not fname.endswith(".env") or fname == "%s.env" % exclude:
             continue
         path = os.path.join(env_dir, fname)

@@ -28,6 +28,14 @@ from ansible_collections.ct200.deploy.plugins.module_utils import token_file
 from ansible_collections.ct200.deploy.plugins.module_utils._io import UnsafePathError, atomic_write, open_nofollow
 from ansible_collections.ct200.deploy.plugins.module_utils.hf_auth import TokenError, fingerprint
 
+TARGETS = ("token_file", "vars_file")
+# the options of the ct200.deploy.hf_token_promote action (its module stub declares exactly these)
+ARGUMENT_SPEC = dict(
+    token=dict(type="str", required=True, no_log=True),
+    path=dict(type="path", required=True),
+    target=dict(type="str", choices=list(TARGETS), default="token_file"),
+    var=dict(type="str", default="vault_hf_token"),
+)
 VAULT_HEADER = b"$ANSIBLE_VAULT;"
 MAX_FILE_BYTES = 1 << 20
 NEW_FILE_MODE = 0o600

@@ -442,8 +442,7 @@ def main():
         module.no_log_values.update(secrets)  # a token read from a file is masked like the token option
         result = hf_transfer.run(opts)
     except hf_transfer.DownloadError as exc:
-        msg = exc.message + (". Fix: " + exc.fix if exc.fix else "")
-        module.fail_json(**scrub(dict(msg=msg, code=exc.code, fix=exc.fix, **exc.details), secrets))
+        module.fail_json(**scrub(exc.as_result(), secrets))
     result = scrub(result, secrets)  # the one redaction: nothing an upstream echoed leaves the host
     warnings = result.pop("warnings", None) or []
     for warning in warnings:

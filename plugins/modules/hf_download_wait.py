@@ -99,15 +99,12 @@ rounds:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.action_stub import fail_on_host  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.hf_progress import WAIT_ARGUMENT_SPEC  # noqa: E402
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(jobs=dict(type="list", elements="dict", required=True),
-                                              interval=dict(type="float", default=30),
-                                              timeout=dict(type="float", default=172800)))
-    module.fail_json(msg="ct200.deploy.hf_download_wait is an action plugin: it runs on the controller, "
-                         "call it as a task, not as a module on a host")
+    fail_on_host("hf_download_wait", WAIT_ARGUMENT_SPEC)
 
 
 if __name__ == "__main__":

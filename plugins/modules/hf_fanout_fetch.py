@@ -335,9 +335,8 @@ def main():
         else:
             fetcher = _fetcher(module)
             result = fetcher.preview() if module.check_mode else fetcher.run()
-    except (fanout.FanoutError, DownloadError) as exc:  # DownloadError: hf_download's checks, lock and disk verdicts
-        module.fail_json(**scrub(dict(msg=exc.message + (". Fix: " + exc.fix if exc.fix else ""), code=exc.code,
-                                      fix=exc.fix, **exc.details), secrets))
+    except DownloadError as exc:  # the fan-out's own (FanoutError) and hf_download's checks, lock and disk verdicts
+        module.fail_json(**scrub(exc.as_result(), secrets))
     except UnsafePathError as exc:
         module.fail_json(msg=scrub(str(exc), secrets), code="unsafe_path")
     module.exit_json(**scrub(result, secrets))

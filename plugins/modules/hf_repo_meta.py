@@ -141,7 +141,7 @@ def main():
     except TokenError as exc:
         module.fail_json(msg="revisions not resolved: %s" % exc, code="bad_token", network_calls=0)
     except hf_transfer.DownloadError as exc:
-        module.fail_json(msg=exc.message + (". Fix: " + exc.fix if exc.fix else ""), code=exc.code)
+        module.fail_json(msg=exc.operator_message(), code=exc.code)
     module.exit_json(changed=False, commits=commits, listings=listings, network_calls=calls)
 
 

@@ -104,20 +104,12 @@ backup_file:
   returned: when a token file was replaced
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.action_stub import fail_on_host  # noqa: E402
+from ansible_collections.ct200.deploy.plugins.module_utils.token_promotion import ARGUMENT_SPEC  # noqa: E402
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            token=dict(type="str", required=True, no_log=True),
-            path=dict(type="path", required=True),
-            target=dict(type="str", choices=["token_file", "vars_file"], default="token_file"),
-            var=dict(type="str", default="vault_hf_token"),
-        ),
-        supports_check_mode=True,
-    )
-    module.fail_json(msg="ct200.deploy.hf_token_promote runs as an action plugin on the controller")
+    fail_on_host("hf_token_promote", ARGUMENT_SPEC, supports_check_mode=True)
 
 
 if __name__ == "__main__":

@@ -349,15 +349,12 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-
+from ansible_collections.ct200.deploy.plugins.module_utils.action_stub import fail_on_host  # noqa: E402
 from ansible_collections.ct200.deploy.plugins.module_utils.site_plan import ARGUMENT_SPEC  # noqa: E402
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    module.fail_json(msg="ct200.deploy.site_plan is an action plugin: it runs on the controller, "
-                         "call it as a task, not as a module on a host")
+    fail_on_host("site_plan", ARGUMENT_SPEC, supports_check_mode=True)
 
 
 if __name__ == "__main__":

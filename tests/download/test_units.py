@@ -439,3 +439,30 @@ def test_progress_line_formats():
     assert format_line("t", dict(p, state="done"), not_before=0) == "t: finishing"
     assert format_line("t", p, finished=True) == "t: finished"
     assert format_line("t", p, finished=True, failed=True) == "t: failed"
+
+
+def test_shutdown_socket_ends_a_blocked_read_from_another_thread():
+    """The stall watchdog (engine) and the peer probe's time box (fan-out) abort a read this one way."""
+    import socket
+    import threading
+
+    class Holder(object):
+        sock = None
+
+    ours, theirs = socket.socketpair()
+    try:
+        holder = Holder()
+        http.shutdown_socket(holder)  # no socket yet: nothing to do
+        holder.sock = ours
+        got = {}
+        reader = threading.Thread(target=lambda: got.setdefault("data", ours.recv(1)), daemon=True)
+        reader.start()
+        time.sleep(0.1)
+        http.shutdown_socket(holder)
+        reader.join(5)
+        assert not reader.is_alive() and got["data"] == b""
+        ours.close()
+        http.shutdown_socket(holder)  # closed already: no error
+    finally:
+        ours.close()
+        theirs.close()

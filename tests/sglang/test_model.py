@@ -106,3 +106,11 @@ def test_missing_and_broken_config(tmp_path):
 
 def test_summary_is_json_safe(mdir):
     json.dumps(model.inspect_model(mdir["qwen"]).summary())
+
+
+def test_first_value_takes_the_innermost_set_key():
+    """One lookup for sglang_model and sglang_fit: innermost config first, None skipped, 0 and False kept."""
+    outer, inner = {"hidden_size": 7168, "n_layer": 3}, {"hidden_size": None, "num_layers": 0}
+    assert model.first_value([outer, inner], "hidden_size") == 7168
+    assert model.first_value([outer, inner], "num_layers", "n_layer") == 0
+    assert model.first_value([outer, inner], "vocab_size") is None

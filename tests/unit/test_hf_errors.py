@@ -130,3 +130,22 @@ def test_every_access_verdict_has_a_fix():
         if code in ("public", "granted"):
             continue
         assert hf_errors.access_fix(code, ctx()), code
+
+
+def test_download_error_reports_its_fix_in_the_message_and_the_result():
+    err = hf_errors.DownloadError("disk full", code="disk_full", fix="free space", details={"path": "/models"})
+    assert err.operator_message() == "disk full. Fix: free space"
+    assert err.as_result() == {"msg": "disk full. Fix: free space", "code": "disk_full", "fix": "free space",
+                               "path": "/models"}
+    assert hf_errors.DownloadError("stopped").as_result() == {"msg": "stopped", "code": "error", "fix": ""}
+
+
+def test_the_fanout_error_is_a_download_error():
+    """One error type for both download modules: the fan-out's keeps its argument order and default code."""
+    from ansible_collections.ct200.deploy.plugins.module_utils import fanout
+
+    err = fanout.FanoutError("no source", "run hf_download on the seed")
+    assert isinstance(err, hf_errors.DownloadError)
+    assert (err.message, err.fix, err.code, err.details) == ("no source", "run hf_download on the seed",
+                                                             "fanout_failed", {})
+    assert err.as_result()["msg"] == "no source. Fix: run hf_download on the seed"

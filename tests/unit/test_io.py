@@ -103,3 +103,14 @@ def test_remove_stale_temps(tmp_path):
     (tmp_path / "keep").write_bytes(b"")
     assert _io.remove_stale_temps(str(tmp_path)) == [".f.abc.ct200tmp"]
     assert os.listdir(tmp_path) == ["keep"]
+
+
+def test_listdir_sorted_skips_what_it_is_told_to(tmp_path):
+    for name in ("b", "a", "c"):
+        (tmp_path / name).write_text("")
+    assert _io.listdir_sorted(str(tmp_path)) == ["a", "b", "c"]
+    assert _io.listdir_sorted(str(tmp_path / "missing")) == []
+    assert _io.listdir_sorted(str(tmp_path / "missing"), FileNotFoundError) == []
+    with pytest.raises(NotADirectoryError):  # only a missing directory is skipped when the caller says so
+        _io.listdir_sorted(str(tmp_path / "a"), FileNotFoundError)
+    assert _io.listdir_sorted(str(tmp_path / "a")) == []
