@@ -13,11 +13,18 @@ checks it on a no-op.
 The no-op: the real playbooks/deploy_kimi.yml with `--tags hf_token,hf_gated_access,model_weights`
 (the preflight, which carries every phase tag, the token and access play, the weights play; the
 SGLang runtime and serving phases need a 2.3 GB venv per host and make no Hub call), against a
-local Hub (tests/support/localhub). A first run on all hosts of the largest N (not timed; with
-fanout_enabled=false: the site fan-out would start a web server per host) installs the token and
-downloads both repositories into each host's models dir. Each measured run uses an inventory of
-exactly N of those hosts (no --limit, so the site is the N hosts) and must report changed=0 and
-failed=0 on every host in its recap, else the bench exits non-zero.
+local Hub (tests/support/localhub).
+
+Setup (not timed): a first deploy on the first --real-hosts hosts (default 8; with fanout_enabled=false:
+the site fan-out would start a web server per host) installs the token and downloads both repositories
+into each of their models dirs; their state is then replicated into the other hosts (Hosts.replicate:
+weights and config files hard-linked, each .ct200 state dir and the token file copied, progress files
+rewritten to name the host's own dir, manifests brought to the ctime the links left, as ct200's own
+hf_manifest.refresh_ctime does for links it makes; every manifest entry must then pass the manifest's
+stat check). At 256 hosts: 94 s (a first deploy on all 256 took 2111 s). Each measured
+run uses an inventory of exactly N of those hosts (no --limit, so the site is the N hosts) and must
+report changed=0 and failed=0 on every host in its recap, else the bench exits non-zero: that run is
+what proves the replicated state is a deployed host's.
 
 CPU: getrusage(RUSAGE_CHILDREN) deltas around each ansible-playbook run (user + sys of the whole
 process tree: the controller process, its worker forks, and, because the connection is local,
@@ -123,6 +130,32 @@ class Hosts:
     def down(self) -> None:
         self.hub.stop()
 
+    def replicate(self, real: int) -> dict:
+        """Give hosts real+1..count the state the first deploy left on hosts 1..real (host i copies host
+        (i-1) % real + 1): the weights and config files as hard links (what a copy of the same bytes is to a
+        stat check, at no disk or CPU cost), each `.ct200` state dir (manifest, progress, lock) and the token
+        file as files of the host's own. Then every host's manifests (the real hosts' too: a new link changes
+        an inode's ctime) vouch for their files at the ctime the links left, as hf_manifest.refresh_ctime does
+        for links ct200 makes itself (same inode, same mtime, so the same bytes), and each progress file names
+        its own host's dir. Every file entry must then pass the manifest's own stat check (same_identity),
+        else the setup fails; the measured no-op proves the rest (changed=0 on every host)."""
+        from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
+        started = time.monotonic()
+        links = copies = entries = 0
+        for i in range(real + 1, self.count + 1):
+            made = link_state(self.host_dir((i - 1) % real + 1), self.host_dir(i))
+            links, copies = links + made[0], copies + made[1]
+        for i in range(1, self.count + 1):
+            entries += vouch_state(self.host_dir((i - 1) % real + 1), self.host_dir(i))
+        # no state file of a host names another host's dir (the progress files did, before the rewrite above)
+        named = re.compile(re.escape(str(self.root / "hosts")) + r"/(h\d{4})")
+        left = sorted(str(p) for p in (self.root / "hosts").glob("*/**/%s/*" % hf_manifest.STATE_DIR)
+                      if set(named.findall(p.read_text(errors="replace"))) - {p.relative_to(self.root / "hosts").parts[0]})
+        if left:
+            raise SystemExit("bench: replicated state still names another host's dir: %s" % ", ".join(left[:5]))
+        return {"real_hosts": real, "replicated_hosts": self.count - real, "links": links, "copies": copies,
+                "manifest_entries_checked": entries, "replicate_s": round(time.monotonic() - started, 2)}
+
     def host_dir(self, i: int) -> Path:
         return self.root / "hosts" / host_name(i)
 
@@ -161,6 +194,56 @@ class Hosts:
                     total += int(m.group(1)) * 60 + float(m.group(2)) if m else 0.0
             log.unlink()
         return total, runs
+
+
+def link_state(src: Path, dst: Path) -> tuple:
+    """A deployed host's state (models, preflight cache, token) from SRC into DST: data files hard-linked,
+    the token and each .ct200 state dir copied (a host's own lock, manifest and progress). (links, copies)."""
+    from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
+    links = copies = 0
+    for sub in ("models", "preflight-cache", "hf"):
+        for dirpath, _dirnames, filenames in os.walk(src / sub):
+            rel = Path(dirpath).relative_to(src)
+            (dst / rel).mkdir(exist_ok=True)
+            shutil.copymode(dirpath, dst / rel)
+            for name in filenames:
+                if sub == "hf" or hf_manifest.STATE_DIR in rel.parts:
+                    shutil.copy2(Path(dirpath) / name, dst / rel / name)
+                    copies += 1
+                else:
+                    os.link(Path(dirpath) / name, dst / rel / name)
+                    links += 1
+    return links, copies
+
+
+def vouch_state(src: Path, home: Path) -> int:
+    """HOME's manifests vouch for its files as they are after the links (refresh_ctime: same inode and
+    mtime, new ctime) and its progress files name HOME's dirs, not SRC's. Every entry must pass the
+    manifest's stat check, else SystemExit. Returns the entries checked."""
+    from ansible_collections.ct200.deploy.plugins.module_utils import hf_manifest
+    entries = 0
+    for manifest_file in sorted(home.glob("**/%s/%s" % (hf_manifest.STATE_DIR, hf_manifest.MANIFEST_NAME))):
+        local_dir = str(manifest_file.parent.parent)
+        manifest = hf_manifest.Manifest.load(local_dir)
+        if manifest.warning or not manifest.files:
+            raise SystemExit("bench: %s: no manifest to replicate (%s)" % (manifest_file, manifest.warning))
+        for path, entry in list(manifest.files.items()):
+            st = os.lstat(os.path.join(local_dir, path))
+            manifest.refresh_ctime(st.st_ino, st.st_mtime_ns, entry["ctime_ns"], st.st_ctime_ns)
+        for path, entry in manifest.files.items():
+            st = os.lstat(os.path.join(local_dir, path))
+            if not (hf_manifest.same_identity(entry, st) and entry["size"] == st.st_size):
+                raise SystemExit("bench: replicated %s/%s does not pass its manifest's stat check" % (local_dir, path))
+            entries += 1
+        if manifest.dirty:
+            manifest.save()
+        progress_file = manifest_file.parent / "progress.json"
+        if progress_file.exists() and src != home:
+            tmp = progress_file.with_name(".progress.json.bench")
+            tmp.write_text(progress_file.read_text().replace(str(src) + "/", str(home) + "/"))
+            shutil.copymode(progress_file, tmp)
+            os.replace(tmp, progress_file)
+    return entries
 
 
 def playbook(hosts: Hosts, inventory: Path, *argv: str, env_extra: dict | None = None, timeout: int = 7200) -> dict:
@@ -284,14 +367,16 @@ def summarize(results: dict) -> None:
             "cpu_bound_s": round(1000 * c_ctrl / ESTIMATE_CORES, 1), "wave_bound_s": round(waves * ESTIMATE_T_TASK, 1)}
 
 
-def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list) -> None:
-    """The first deploy on all hosts (not timed): token, weights, the preflight's state."""
+def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list, real: int) -> None:
+    """The first deploy (not timed) on hosts 1..real: token, weights, the preflight's state; then that state
+    replicated into the other hosts (Hosts.replicate)."""
     hosts.up()
-    print("setup: first deploy on all %d hosts (not timed)" % hosts.count, flush=True)
+    real = min(real, hosts.count)
+    print("setup: first deploy on %d of %d hosts (not timed)" % (real, hosts.count), flush=True)
     # Each host fetches its config files into its own ct200_preflight_cache_dir (the preflight's fetch stage reads
     # every host's own dirs): one run on all hosts. A second try only if a host failed for another reason.
     for attempt in range(2):
-        setup = playbook(hosts, hosts.inventory(hosts.count), "-e", "fanout_enabled=false",
+        setup = playbook(hosts, hosts.inventory(real), "-e", "fanout_enabled=false",
                          "-e", "ct200_preflight_json=%s" % (root / ("setup-preflight-%d.json" % attempt)), *forks)
         results["setup_deploy_%d" % attempt] = {k: v for k, v in setup.items() if k not in ("tail", "recap")}
         print("setup deploy %d: %.1f s wall, %.1f s CPU, rc=%d, load %s" % (
@@ -301,6 +386,11 @@ def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list) -> None:
     if setup["rc"] != 0:
         print(setup["tail"])
         raise SystemExit("bench: the setup deploy failed (see above); no figure would mean anything")
+    if real < hosts.count:
+        results["setup_replicate"] = hosts.replicate(real)
+        print("setup: replicated into %(replicated_hosts)d hosts: %(links)d hard links, %(copies)d state files, "
+              "%(manifest_entries_checked)d manifest entries pass the stat check, %(replicate_s).1f s" % results["setup_replicate"],
+              flush=True)
     hosts.module_cpu()  # drop the setup's
 
 
@@ -325,7 +415,7 @@ def run(args) -> dict:
             hosts.module_cpu()
             results["reused_setup"] = str(root)
         else:
-            setup_hosts(hosts, results, root, forks)
+            setup_hosts(hosts, results, root, forks, args.real_hosts)
         for n in sizes:
             inv = hosts.inventory(n)
             extra = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"} if args.profile else {}
@@ -386,6 +476,9 @@ def main() -> int:
     parser.add_argument("--reuse", metavar="ROOT", help="measure on the hosts a --keep run left in ROOT (no setup run)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary root (hosts, inventories)")
     parser.add_argument("--hosts", type=int, help="set up this many hosts (a later --reuse may measure up to it)")
+    parser.add_argument("--real-hosts", type=int, default=8,
+                        help="deploy this many hosts for real in the setup and replicate their state into the others "
+                             "(default 8; the number of hosts for a first deploy on every host)")
     parser.add_argument("--merge", metavar="JSON", nargs="+", help="combine the JSON of runs at other N; runs nothing")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args()

@@ -35,11 +35,17 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(site_plan.ARGUMENT_SPEC)
 
     def _host_vars(self, task_vars, host):
-        hostvars = task_vars.get("hostvars") or {}
-        try:
-            return hostvars[host]
-        except (KeyError, AnsibleUndefinedVariable):
-            return {}
+        """``hostvars[host]``, resolved once per host and run: each resolution is a whole get_vars of that host
+        (its inventory, group and magic variables: groups and play-host lists of the site's length), and a
+        report reads a dozen of its variables for every host of the site."""
+        cache = self._host_vars_cache
+        if host not in cache:
+            hostvars = task_vars.get("hostvars") or {}
+            try:
+                cache[host] = hostvars[host]
+            except (KeyError, AnsibleUndefinedVariable):
+                cache[host] = {}
+        return cache[host]
 
     def _per_host(self, task_vars, hosts, names):
         """{input: {host: value}} for each input -> variable name of ``host_vars``."""
@@ -149,6 +155,7 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         stage = self._task.args.get("stage")
+        self._host_vars_cache = {}
         if stage not in site_plan.STAGES:
             raise AnsibleActionFail("stage must be one of %s, got %r" % (", ".join(site_plan.STAGES), stage))
         try:
