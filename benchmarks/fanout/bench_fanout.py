@@ -330,7 +330,7 @@ class BusyLoops(object):
     """``cpus`` Python processes spinning at nice 0: the load where Debian's stress-ng is not installed."""
 
     def __init__(self, cpus):
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _cpu in range(cpus)]
 
     def terminate(self):
         for proc in self.procs:
