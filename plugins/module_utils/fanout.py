@@ -768,7 +768,7 @@ class Fetcher(object):
                 confirmed = None
                 final = self.final if pf.path == final_path else None
                 waited = final.source if final is not None else primary
-                if waited is not None and not waited.down:
+                if waited is not None and not self._down(waited):
                     verdict = wait_for(self.probe, waited.base, pf.path, pf.size, self.peer_wait, self.peer_stall,
                                        self.poll, clock=self.clock, sleep=self.sleep, on_seen=self._upstream_moved,
                                        in_order=True)
@@ -797,7 +797,13 @@ class Fetcher(object):
         """The sources a worker tries for a file: the final route's sender first for the final file."""
         if final is None:
             return self.sources
-        return [final.source] + [source for source in self.sources if source.name != final.source.name]
+        others = [source for source in self.sources if source.name != final.source.name]
+        return others if self._down(final.source) else [final.source] + others
+
+    def _down(self, source):
+        """``source`` or the tree's source of the same host was found down (the final route's own Source
+        object learns it from the tree's, so the last file does not wait on a host the run gave up)."""
+        return source.down or any(other.down for other in self.sources if other.name == source.name)
 
     def _after_sibling(self, pf, final=None):
         """Wait until the earlier sibling has ``pf`` while its progress moves (it is taking it from

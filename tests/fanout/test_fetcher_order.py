@@ -214,3 +214,17 @@ def test_the_final_file_waits_for_the_earlier_receiver_of_the_same_sender(tmp_pa
 
 def fanout_blob_sha1(data):
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_the_final_file_skips_a_sender_the_tree_already_found_down(tmp_path, parent, other_peer):
+    listing = _listing(parent, 2)
+    other_peer.files.update(parent.files)
+    seed = fanout.Source("seed", "h0", other_peer.base, wait=False)
+    seed.down = True  # as after a refused connection earlier in the run
+    final = fanout.FinalRoute(fanout.Source("seed", "h0", other_peer.base, wait=True))
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing,
+                             [fanout.Source("parent", "h1", parent.base, wait=True), seed],
+                             poll=0.01, peer_stall=10, stall_timeout=10, final=final)
+    result = fetcher.run()
+    assert result["files_fetched"] == 2 and other_peer.served == []
+    assert set(seen["source"] for seen in result["file_times"].values()) == {"h1"}
