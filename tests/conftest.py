@@ -43,11 +43,11 @@ def local_hub(tmp_path_factory):
 # and no two copies of its hosts clash: each session fixture below, else the module (module-scoped
 # fleets, tests that rely on the one before them). Work units are handed out heaviest first, so the
 # long ones start at once and the short modules fill the gaps; a serial run keeps the same order.
-SHARED_FIXTURES = ("served_host", "ssh_fleet", "fo_site")
+SHARED_FIXTURES = ("served_host", "ssh_fleet", "fo_site", "token_fleet")
 # About the seconds each took on a quiet machine (--durations); the others are short.
 HEAVY_UNITS = {
     "served_host": 450, "ssh_fleet": 420,
-    "tests/integration/test_rotation.py": 180, "tests/integration/test_hub_calls.py": 173,
+    "token_fleet": 300,  # test_hub_calls.py then test_rotation.py
     "tests/sglang/test_molecule_sglang.py": 123, "tests/unit/test_docs_and_lint.py::test_ansible_test_sanity": 118,
     "tests/download/test_molecule_model_weights.py": 100, "fo_site": 90,
     "tests/unit/test_docs_and_lint.py::test_ansible_lint_production_profile": 60,
@@ -57,6 +57,9 @@ HEAVY_UNITS = {
     "tests/sglang/test_status_live.py": 33,
 }
 # Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
+# Tests that go first in their unit: the tag walk starts from the served host's converged spec, before
+# test_api_key_and_restart reconfigures it (else it pays for one more deploy to get back).
+RUN_FIRST = ("tests/integration/test_phase_tags.py::test_each_tag_runs_alone",)
 PER_TEST_MODULES = ("tests/unit/test_docs_and_lint.py",)
 UNITS_DIR = "CT200_TEST_UNITS_DIR"  # where the workers leave the unit of each test for the scheduler
 
@@ -77,7 +80,8 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: -HEAVY_UNITS.get(work_unit(item), 0))  # stable: the order within a unit is kept
+    # stable: the order within a unit is kept, but for RUN_FIRST
+    items.sort(key=lambda item: (-HEAVY_UNITS.get(work_unit(item), 0), item.nodeid not in RUN_FIRST))
     if hasattr(config, "workerinput") and os.environ.get(UNITS_DIR):
         # xdist's own xdist_group marks do not reach its scheduler under pytest 9 (it sets
         # item._nodeid, which pytest 9 no longer reads): hand the units over in a file instead.

@@ -1,8 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""One bare sandbox host taken to a serving instance by the Molecule `deploy` scenario (the whole
-deploy_kimi.yml: preflight, runtime install, token, access, weights, unit, smoke; idempotence on;
+"""Hosts shared by the integration tests, each built once per session (tests/conftest.py keeps the
+tests of one shared fixture on one worker, in collection order).
+
+served_host: one bare sandbox host taken to a serving instance by the Molecule `deploy` scenario (the
+whole deploy_kimi.yml: preflight, runtime install, token, access, weights, unit, smoke; idempotence on;
 verify), then shared by the tests that need a served host (phase tags, API key and owed restart):
-the first deploy on a bare host is the slowest step of the suite, and proving it once is enough."""
+the first deploy on a bare host is the slowest step of the suite, and proving it once is enough.
+
+token_fleet: three bare hosts (token-1..3, one network namespace) for the Hub-call count of a no-op
+deploy (test_hub_calls.py) and then the token's life (test_rotation.py). Booting them and installing
+the huggingface_hub client on each once instead of twice saves about a minute of the suite's CPU."""
 
 import subprocess
 
@@ -41,3 +48,29 @@ def served_host(tmp_path_factory, local_hub):
         yield workdir / "molecule" / "sandbox-state.json", outputs
     finally:
         run_scenario("deploy", env, timeout=300, command="destroy")
+
+
+TOKEN_FLEET_HOSTS = ("token-1", "token-2", "token-3")
+SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
+
+
+@pytest.fixture(scope="session")
+def token_fleet(tmp_path_factory):
+    """The sandbox state file of token-1..3 (wheelhouses bound in, a shared fake disk for the weights)."""
+    subprocess.run([str(REPO / "scripts" / "sglang-wheelhouse.sh"), "0.5.23"], check=True, timeout=600,
+                   capture_output=True)
+    tmp = tmp_path_factory.mktemp("token-fleet")
+    (tmp / "disk").mkdir()
+    state = tmp / "fleet.json"
+    argv = [SANDBOX, "up", "--names", ",".join(TOKEN_FLEET_HOSTS), "--state", str(state), "--recreate"]
+    cache = REPO / ".cache"
+    for bind in ("%s:/srv/wheelhouse:ro" % (cache / "wheelhouse"),
+                 "%s:/srv/sglang-wheelhouse:ro" % (cache / "sglang-wheelhouse-0.5.23-cpu"),
+                 "%s:/srv/ct200-disk" % (tmp / "disk")):
+        argv += ["--bind", bind]
+    up = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert up.returncode == 0, up.stderr
+    try:
+        yield state
+    finally:
+        subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)

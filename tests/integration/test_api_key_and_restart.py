@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from test_deploy_preflight import SERVED_HOST as HOST
-from test_deploy_preflight import deploy, on_host
+from test_deploy_preflight import deploy, off_spec, on_host
 
 pytestmark = pytest.mark.slow
 SANDBOX_DEFAULTS = {"limit_nofile": "20000", "limit_memlock": "8M", "gpu_memory_gib": 96}
@@ -52,6 +52,7 @@ def test_api_key_never_leaks_and_an_owed_restart_survives_a_failed_run(host, loc
     port = free_port()
     serve = ["-e", "ct200_sglang_host=0.0.0.0", "-e", "ct200_sglang_port=%d" % port,
              "-e", "sglang_service_api_key=%s" % key, "-e", "sglang_service_health_timeout=%s" % HEALTH_WAIT]
+    off_spec(host).touch()  # another port and an API key on the shared host
     rc, out = deploy(host, local_hub, tmp_path, "-vvv", "--diff", *serve)
     assert rc == 0, out[-4000:]
     assert key not in out

@@ -24,6 +24,13 @@ CACHE = REPO / ".cache"
 # the hosts of other tests come and go in the same network namespace.
 SERVED_HOST = "rt-deploy-1"
 SERVED_PORT = ("-e", "ct200_sglang_port=30041")
+
+
+def off_spec(state):
+    """Marker beside the served host's state: a test deployed another spec there (test_phase_tags restores it)."""
+    return Path(state).parent / "off-spec"
+
+
 FAKE_SMI = """#!/bin/sh
 # TEST ONLY: 4 GPUs, a good driver; P2P not supported between the sockets (the real driver's formats)
 case "$1" in

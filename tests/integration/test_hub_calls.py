@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Hub API calls of a no-op deploy do not depend on the fleet size (issue 9 item 3).
 
-On a sandbox fleet (ho-1..ho-3, shared network namespace) the weights and the token are put in
+On the session's 3-host sandbox fleet (token_fleet: token-1..3, shared network namespace) the weights and the token are put in
 place once; then the no-op deploy an operator runs is repeated on 1 and on 3 hosts while the local
 Hub counts its API requests (/_admin/stats "api": whoami, model_info/revision, auth-check, tree,
 paths-info, refs). With branch revisions the controller resolves each repository once (2 calls, the
@@ -25,28 +25,13 @@ from localhub.personas import token_for
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
-CACHE = REPO / ".cache"
-HOSTS = ("ho-1", "ho-2", "ho-3")
+HOSTS = ("token-1", "token-2", "token-3")  # the token_fleet fixture (conftest.py)
 TAGS = ("--tags", "hf_token,hf_gated_access,model_weights")
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    subprocess.run([str(REPO / "scripts" / "sglang-wheelhouse.sh"), "0.5.23"], check=True, timeout=600,
-                   capture_output=True)
-    tmp = tmp_path_factory.mktemp("ho-fleet")
-    (tmp / "disk").mkdir()
-    state = tmp / "fleet.json"
-    argv = [SANDBOX, "up", "--names", ",".join(HOSTS), "--state", str(state), "--recreate"]
-    for bind in ("%s:/srv/wheelhouse:ro" % (CACHE / "wheelhouse"),
-                 "%s:/srv/sglang-wheelhouse:ro" % (CACHE / "sglang-wheelhouse-0.5.23-cpu"),
-                 "%s:/srv/ct200-disk" % (tmp / "disk")):
-        argv += ["--bind", bind]
-    up = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr
-    yield state
-    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
+@pytest.fixture
+def fleet(token_fleet):
+    return token_fleet
 
 
 def deploy(state, hub, tmp_path, *extra):
@@ -97,7 +82,8 @@ def counted_noop(state, hub, tmp_path, hosts, *extra):
 
 
 def test_noop_deploy_hub_calls_do_not_grow_with_the_fleet(fleet, local_hub, tmp_path):
-    rc, out, report = deploy(fleet, local_hub, tmp_path)
+    # force: the token test on the same fleet (test_rotation.py) may have left another token there
+    rc, out, report = deploy(fleet, local_hub, tmp_path, "-e", "hf_token_force=true")
     assert rc == 0, out[-4000:]
     assert local_hub.stats()["cdn_get"] > 0  # the first run fetched the weights
     commits = report["hosts"][0]["commits"]
@@ -114,7 +100,7 @@ def test_noop_deploy_hub_calls_do_not_grow_with_the_fleet(fleet, local_hub, tmp_
 
     pinned = ("-e", "ct200_target_revision=%s" % commits["moonshotai/Kimi-K2.6"],
               "-e", "ct200_draft_revision=%s" % commits["z-lab/Kimi-K2.6-DFlash"])
-    for label, (state, hosts) in fleets.items():
-        calls[label] = counted_noop(state, local_hub, tmp_path, hosts, *pinned)
-    print("no-op deploy, pinned commits: Hub API calls", calls)
-    assert calls["1"] == calls["3"] == (0, {}), calls
+    # none on 3 hosts cannot grow with the fleet: the 1-host run would add nothing
+    pinned_calls = counted_noop(fleet, local_hub, tmp_path, HOSTS, *pinned)
+    print("no-op deploy, pinned commits: Hub API calls", pinned_calls)
+    assert pinned_calls == (0, {}), pinned_calls

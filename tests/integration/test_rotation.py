@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Token as one source of truth on a 3-host sandbox fleet (issue 9 items 1-3).
+"""Token as one source of truth on the session's 3-host sandbox fleet (token_fleet, issue 9 items 1-3).
 
 One fleet walks the life of a token: install; no-op verify_access runs whose Hub calls do not
 depend on the fleet size; a rotation whose test fails on the last host (restored, what it added
@@ -39,15 +39,10 @@ def fp(persona):
     return "sha256:" + hashlib.sha256(token_for(persona).encode()).hexdigest()[:12]
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory):
-    state = tmp_path_factory.mktemp("fleet") / "fleet.json"
-    up = subprocess.run([SANDBOX, "up", "--names", ",".join(HOSTS), "--state", str(state), "--recreate",
-                         "--bind", "%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
-                        capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr
-    yield state
-    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
+@pytest.fixture
+def fleet(token_fleet):
+    """The session's token-1..3 (conftest.py), after test_hub_calls.py deployed weights and a token there."""
+    return token_fleet
 
 
 class Fleet:
@@ -110,11 +105,11 @@ def test_token_lifecycle_on_the_fleet(fleet, local_hub, tmp_path):
     f = Fleet(fleet, local_hub, tmp_path)
     granted, write, fine = fp("granted"), fp("granted_write"), fp("granted_fine_grained")
 
-    rc, out = f.play("playbooks/verify_access.yml")
+    # Install (force: the fleet is shared, another test may have left another token), then no-op runs:
+    # the Hub sees the same calls for 3 hosts as for 1 (access is checked once, on the controller).
+    rc, out = f.play("playbooks/verify_access.yml", "-e", "hf_token_force=true")
     assert rc == 0, out[-3000:]
     assert f.host_tokens() == dict.fromkeys(HOSTS, granted)
-
-    # No-op deploys: the Hub sees the same calls for 3 hosts as for 1 (checked once on the controller).
     calls = {}
     for label, limit in (("3", ()), ("1", ("--limit", "token-1"))):
         local_hub.reset_stats()
