@@ -212,6 +212,8 @@ def parse_args(argv):
     ap.add_argument("--seed-fanout", type=int, default=2, help="children of the seed in the measured tree")
     ap.add_argument("--hub-rate", default="40mbit")
     ap.add_argument("--host-rate", default="100mbit")
+    ap.add_argument("--hub-queue-ms", type=int, default=10,
+                    help="the Hub link's shaper queue in ms (tbf latency; the hosts' links keep 10 ms)")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="default",
                     help="kimi: 64 shards on 8 workers, Kimi-K2.6's proportion (waves of files show)")
     ap.add_argument("--shards", default=None, help="repository shards, e.g. 48x1MiB (overrides --shape)")
@@ -354,7 +356,8 @@ def start_stress(cpus):
 
 
 def measure(args, data_dir, load_at_start):
-    with Site(args.tag, hosts=args.hosts, host_rate=args.host_rate, hub_rate=args.hub_rate) as site:
+    with Site(args.tag, hosts=args.hosts, host_rate=args.host_rate, hub_rate=args.hub_rate,
+              hub_queue_ms=args.hub_queue_ms) as site:
         site.start_hub("%s:%s" % (REPO_ID, args.shards), data_dir)
         commit, files = site.listing(REPO_ID)
         repo_bytes = sum(f["size"] for f in files.values())
@@ -386,7 +389,7 @@ def report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start):
             "wall", "fetch_wall", "process_wall", "seed_timings", "per_host_seconds", "hop_lag_s", "load_before", "seed_done_to_last_host_s",
             "verified"))) for k in ("single", "fanout"))) for r in runs]
         doc = dict(figures, config={"hosts": args.hosts, "fanout": args.fanout, "seed_fanout": args.seed_fanout,
-                                    "hub_rate": args.hub_rate, "shape": args.shape, "seed_options": seed_opts,
+                                    "hub_rate": args.hub_rate, "hub_queue_ms": args.hub_queue_ms, "shape": args.shape, "seed_options": seed_opts,
                                     "host_rate": args.host_rate, "shards": args.shards, "repo_bytes": repo_bytes,
                                     "quick": args.quick, "repeat": args.repeat, "note": args.note, "nice": args.nice,
                                     "stress_ng_cpus": args.stress,

@@ -82,13 +82,14 @@ def render_nginx_conf(listen, models, state_dir, user="www-data"):
 class Site(object):
     """``hosts`` namespaces + Hub + switch.  Use as a context manager (always torn down)."""
 
-    def __init__(self, tag, hosts=8, host_rate="100mbit", hub_rate="40mbit", workdir=None):
+    def __init__(self, tag, hosts=8, host_rate="100mbit", hub_rate="40mbit", workdir=None, hub_queue_ms=10):
         if not tag.isalnum() or len(tag) > 6:
             raise ValueError("tag must be 1-6 letters/digits")
         self.tag = tag
         self.count = hosts
         self.host_rate = host_rate
         self.hub_rate = hub_rate
+        self.hub_queue_ms = hub_queue_ms  # the Hub link's shaper queue (the hosts' stay 10 ms)
         self.workdir = workdir or "/tmp/fo-%s" % tag
         self.hosts = ["h%d" % i for i in range(hosts)]
         self.nginx_pids = {}
@@ -126,11 +127,11 @@ class Site(object):
         sh("ip", "netns", "add", sw)
         sh("ip", "netns", "exec", sw, "ip", "link", "add", "br0", "type", "bridge")
         sh("ip", "netns", "exec", sw, "ip", "link", "set", "br0", "up")
-        self._link("hub", HUB_IP, self.hub_rate)
+        self._link("hub", HUB_IP, self.hub_rate, self.hub_queue_ms)
         for host in self.hosts:
             self._link(host, self.ip(host), self.host_rate)
 
-    def _link(self, name, address, rate):
+    def _link(self, name, address, rate, queue_ms=10):
         ns, sw = self.ns(name), self.ns("sw")
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", name, "netns", sw)
@@ -148,7 +149,7 @@ class Site(object):
         # to its children (this kernel has no fq_codel to separate the flows).
         for where, dev in ((ns, "eth0"), (sw, name)):
             sh("ip", "netns", "exec", where, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate,
-               "burst", "64kb", "latency", "10ms")
+               "burst", "64kb", "latency", "%dms" % queue_ms)
 
     def down(self):
         for proc in self.procs:
