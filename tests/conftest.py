@@ -56,10 +56,10 @@ HEAVY_UNITS = {
     "tests/sglang/test_monitoring_live.py": 66, "tests/sglang/test_monitoring_role.py": 45,
     "tests/sglang/test_status_live.py": 33,
 }
-# Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
 # Tests that go first in their unit: the tag walk starts from the served host's converged spec, before
 # test_api_key_and_restart reconfigures it (else it pays for one more deploy to get back).
 RUN_FIRST = ("tests/integration/test_phase_tags.py::test_each_tag_runs_alone",)
+# Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
 PER_TEST_MODULES = ("tests/unit/test_docs_and_lint.py",)
 UNITS_DIR = "CT200_TEST_UNITS_DIR"  # where the workers leave the unit of each test for the scheduler
 

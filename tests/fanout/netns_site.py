@@ -38,6 +38,7 @@ NGINX_ROOT = os.path.join(REPO, ".cache", "fanout", "nginx-root")
 APT_PACKAGES = ("nginx-light", "python3-apt")
 NGINX_DEBS = ("nginx", "nginx-common", "libnginx-mod-http-echo")
 SUBNET = "10.231.0"
+QUEUE_MS = 10  # every link's shaper queue (tbf latency); the Hub's may be set deeper
 HUB_IP = SUBNET + ".254"
 HUB_PORT = 8080
 PEER_PORT = 8790
@@ -82,14 +83,14 @@ def render_nginx_conf(listen, models, state_dir, user="www-data"):
 class Site(object):
     """``hosts`` namespaces + Hub + switch.  Use as a context manager (always torn down)."""
 
-    def __init__(self, tag, hosts=8, host_rate="100mbit", hub_rate="40mbit", workdir=None, hub_queue_ms=10):
+    def __init__(self, tag, hosts=8, host_rate="100mbit", hub_rate="40mbit", workdir=None, hub_queue_ms=QUEUE_MS):
         if not tag.isalnum() or len(tag) > 6:
             raise ValueError("tag must be 1-6 letters/digits")
         self.tag = tag
         self.count = hosts
         self.host_rate = host_rate
         self.hub_rate = hub_rate
-        self.hub_queue_ms = hub_queue_ms  # the Hub link's shaper queue (the hosts' stay 10 ms)
+        self.hub_queue_ms = hub_queue_ms  # the Hub link's shaper queue (the hosts' stay QUEUE_MS)
         self.workdir = workdir or "/tmp/fo-%s" % tag
         self.hosts = ["h%d" % i for i in range(hosts)]
         self.nginx_pids = {}
@@ -131,7 +132,7 @@ class Site(object):
         for host in self.hosts:
             self._link(host, self.ip(host), self.host_rate)
 
-    def _link(self, name, address, rate, queue_ms=10):
+    def _link(self, name, address, rate, queue_ms=QUEUE_MS):
         ns, sw = self.ns(name), self.ns("sw")
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", name, "netns", sw)

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Hub API calls of a no-op deploy do not depend on the fleet size (issue 9 item 3).
 
-On the session's 3-host sandbox fleet (token_fleet: token-1..3, shared network namespace) the weights and the token are put in
-place once; then the no-op deploy an operator runs is repeated on 1 and on 3 hosts while the local
+On the session's 3-host sandbox fleet (token_fleet: token-1..3, shared network namespace) the weights
+and the token are put in place once; then the no-op deploy an operator runs is repeated on 1 and on 3 hosts while the local
 Hub counts its API requests (/_admin/stats "api": whoami, model_info/revision, auth-check, tree,
 paths-info, refs). With branch revisions the controller resolves each repository once (2 calls, the
 same for 1 and 3 hosts); with the commits pinned in the inventory it makes none. Nothing is fetched,
@@ -29,11 +29,6 @@ HOSTS = ("token-1", "token-2", "token-3")  # the token_fleet fixture (conftest.p
 TAGS = ("--tags", "hf_token,hf_gated_access,model_weights")
 
 
-@pytest.fixture
-def fleet(token_fleet):
-    return token_fleet
-
-
 def deploy(state, hub, tmp_path, *extra):
     token = tmp_path / "token"
     token.write_text(token_for("granted") + "\n")
@@ -55,7 +50,7 @@ def recap(out):
 
 
 def one_host_fleet(state, tmp_path):
-    """The sandbox inventory of a fleet of ho-1 alone (a view of the same running host; never brought down
+    """The sandbox inventory of a fleet of token-1 alone (a view of the same running host; never brought down
     through it). Not --limit: the preflight's fleet report runs on localhost, which a limit leaves out."""
     data = json.loads(state.read_text())
     data["hosts"] = [h for h in data["hosts"] if h["name"] == HOSTS[0]]
@@ -81,15 +76,15 @@ def counted_noop(state, hub, tmp_path, hosts, *extra):
     return stats["api"], {k: stats[k] for k in ("whoami", "model_info", "auth_check", "tree") if stats[k]}
 
 
-def test_noop_deploy_hub_calls_do_not_grow_with_the_fleet(fleet, local_hub, tmp_path):
+def test_noop_deploy_hub_calls_do_not_grow_with_the_fleet(token_fleet, local_hub, tmp_path):
     # force: the token test on the same fleet (test_rotation.py) may have left another token there
-    rc, out, report = deploy(fleet, local_hub, tmp_path, "-e", "hf_token_force=true")
+    rc, out, report = deploy(token_fleet, local_hub, tmp_path, "-e", "hf_token_force=true")
     assert rc == 0, out[-4000:]
     assert local_hub.stats()["cdn_get"] > 0  # the first run fetched the weights
     commits = report["hosts"][0]["commits"]
     assert len(commits) == 2 and all(len(c) == 40 for c in commits.values())
 
-    fleets = {"1": (one_host_fleet(fleet, tmp_path), HOSTS[:1]), "3": (fleet, HOSTS)}
+    fleets = {"1": (one_host_fleet(token_fleet, tmp_path), HOSTS[:1]), "3": (token_fleet, HOSTS)}
     calls = {}
     for label, (state, hosts) in fleets.items():
         calls[label] = counted_noop(state, local_hub, tmp_path, hosts)
@@ -101,6 +96,6 @@ def test_noop_deploy_hub_calls_do_not_grow_with_the_fleet(fleet, local_hub, tmp_
     pinned = ("-e", "ct200_target_revision=%s" % commits["moonshotai/Kimi-K2.6"],
               "-e", "ct200_draft_revision=%s" % commits["z-lab/Kimi-K2.6-DFlash"])
     # none on 3 hosts cannot grow with the fleet: the 1-host run would add nothing
-    pinned_calls = counted_noop(fleet, local_hub, tmp_path, HOSTS, *pinned)
+    pinned_calls = counted_noop(token_fleet, local_hub, tmp_path, HOSTS, *pinned)
     print("no-op deploy, pinned commits: Hub API calls", pinned_calls)
     assert pinned_calls == (0, {}), pinned_calls

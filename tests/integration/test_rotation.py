@@ -39,12 +39,6 @@ def fp(persona):
     return "sha256:" + hashlib.sha256(token_for(persona).encode()).hexdigest()[:12]
 
 
-@pytest.fixture
-def fleet(token_fleet):
-    """The session's token-1..3 (conftest.py), after test_hub_calls.py deployed weights and a token there."""
-    return token_fleet
-
-
 class Fleet:
     """ansible-playbook against the fleet, the current token in a controller file (the inventory's source
     of truth, as the sandbox inventory reads it), pending tokens in files passed by path."""
@@ -101,8 +95,8 @@ def statuses(report):
     return {h["host"]: (h["status"], h["old"], h["new"]) for h in report["hosts"]}
 
 
-def test_token_lifecycle_on_the_fleet(fleet, local_hub, tmp_path):
-    f = Fleet(fleet, local_hub, tmp_path)
+def test_token_lifecycle_on_the_fleet(token_fleet, local_hub, tmp_path):
+    f = Fleet(token_fleet, local_hub, tmp_path)
     granted, write, fine = fp("granted"), fp("granted_write"), fp("granted_fine_grained")
 
     # Install (force: the fleet is shared, another test may have left another token), then no-op runs:
