@@ -187,8 +187,10 @@ def test_a_staging_that_does_not_fit_beside_the_kept_snapshot_is_refused_with_th
     root = tmp_path / "m"
     download(shub, root)
     c2 = new_commit(shub, {"config.json": NEW_CONFIG}, "config only")
+    # headroom above all that is free, with a margin no other test can free meanwhile (they share /tmp: a
+    # headroom of exactly the free bytes passed once when a parallel test removed a venv between the two reads)
     free = disk_preflight.fs_info(str(root)).free_bytes
-    failed, res = run_download(shub, root, repo_id=REPO, layout="snapshots", min_free_bytes=free)  # headroom = all free
+    failed, res = run_download(shub, root, repo_id=REPO, layout="snapshots", min_free_bytes=free + (1 << 40))
     assert failed and res["code"] == "disk_full", res
     assert "beside the kept snapshots" in res["msg"] and "need %d B more" % len(NEW_CONFIG) in res["msg"]
     assert "hard-linked from the kept snapshots" in res["msg"] and res["bytes_reused"] > 0
