@@ -15,6 +15,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+import sandbox_up
 
 from localhub.personas import token_for
 from modhelper import shm_secrets, shm_secrets_left
@@ -28,12 +29,8 @@ HOSTS = ("cli-r1", "cli-r2")
 @pytest.fixture
 def fleet(tmp_path):
     state = tmp_path / "fleet.json"
-    up = subprocess.run([SANDBOX, "up", "--names", ",".join(HOSTS), "--state", str(state), "--recreate",
-                         "--bind", "%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
-                        capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr
-    yield state
-    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
+    with sandbox_up.hosts(HOSTS, state, ["%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")]):
+        yield state
 
 
 def secret_file(tmp_path, name, token):

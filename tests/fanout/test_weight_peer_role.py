@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import sandbox_up
 
 from tests.fanout.netns_site import apt_repo
 
@@ -37,12 +38,8 @@ def host(tmp_path):
     repo = apt_repo()  # nginx-light from Debian, in the shared local apt repository
     state = REPO / ".cache" / "sandbox" / ("%s.json" % HOST)
     state.parent.mkdir(parents=True, exist_ok=True)
-    up = subprocess.run([SANDBOX, "up", "--names", HOST, "--state", str(state), "--recreate",
-                         "--bind", "%s:/srv/fo-apt:ro" % repo],
-                        capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr[-3000:]
-    yield state
-    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=180, check=False)
+    with sandbox_up.hosts(HOST, state, ["%s:/srv/fo-apt:ro" % repo]):
+        yield state
 
 
 def playbook(state, *extra):

@@ -14,6 +14,7 @@ the huggingface_hub client on each once instead of twice saves about a minute of
 import subprocess
 
 import pytest
+import sandbox_up
 from localhub.personas import token_for
 from moleculerun import run_scenario
 
@@ -51,7 +52,6 @@ def served_host(tmp_path_factory, local_hub):
 
 
 TOKEN_FLEET_HOSTS = ("token-1", "token-2", "token-3")
-SANDBOX = str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh")
 
 
 @pytest.fixture(scope="session")
@@ -62,15 +62,9 @@ def token_fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("token-fleet")
     (tmp / "disk").mkdir()
     state = tmp / "fleet.json"
-    argv = [SANDBOX, "up", "--names", ",".join(TOKEN_FLEET_HOSTS), "--state", str(state), "--recreate"]
     cache = REPO / ".cache"
-    for bind in ("%s:/srv/wheelhouse:ro" % (cache / "wheelhouse"),
-                 "%s:/srv/sglang-wheelhouse:ro" % (cache / "sglang-wheelhouse-0.5.23-cpu"),
-                 "%s:/srv/ct200-disk" % (tmp / "disk")):
-        argv += ["--bind", bind]
-    up = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr
-    try:
+    binds = ("%s:/srv/wheelhouse:ro" % (cache / "wheelhouse"),
+             "%s:/srv/sglang-wheelhouse:ro" % (cache / "sglang-wheelhouse-0.5.23-cpu"),
+             "%s:/srv/ct200-disk" % (tmp / "disk"))
+    with sandbox_up.hosts(TOKEN_FLEET_HOSTS, state, binds):
         yield state
-    finally:
-        subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)

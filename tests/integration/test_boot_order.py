@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import sandbox_up
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -65,12 +66,8 @@ def boot_host(tmp_path):
     binds = ["%s:/opt/ct200-sglang-venv:ro" % VENV.resolve(),
              "%s:/opt/ct200-standin:ro" % (REPO / "tests" / "support" / "sglang_standin"),
              "%s:/srv/models:ro" % model_dir]
-    argv = [SANDBOX, "up", "--names", HOST, "--state", str(state), "--recreate", "--persist", "--timeout", "240"]
-    up = subprocess.run(argv + ["--bind=%s" % b for b in binds], capture_output=True, text=True, timeout=300,
-                        check=False)
-    assert up.returncode == 0, up.stderr
-    yield state
-    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=120, check=False)
+    with sandbox_up.hosts(HOST, state, binds, extra=("--persist", "--timeout", "240")):
+        yield state
 
 
 def ansible(state, *argv, tool="ansible-playbook"):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import sandbox_up
 
 from localhub.personas import token_for
 
@@ -62,11 +63,7 @@ def bare_host(tmp_path, name, wheelhouse):
              "%s:/srv/apt-repo:ro" % (CACHE / "apt-repo"),
              "%s:/etc/apt/sources.list:ro" % (CACHE / "apt-repo" / "sources.list"),
              "%s:/srv/ct200-disk" % disk, "%s:/srv/fake-gpu:ro" % fake]
-    argv = [SANDBOX, "up", "--names", name, "--state", str(state), "--recreate"]
-    for bind in binds:
-        argv += ["--bind", bind]
-    up = subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
-    assert up.returncode == 0, up.stderr
+    sandbox_up.up(name, state, binds, timeout=180)
     return state
 
 

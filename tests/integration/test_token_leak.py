@@ -7,7 +7,6 @@ ansible-runner against a sandbox host to install a token, then rotate_hf_token.y
 token (passed by file path, as the ct200 command does).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import ansible_runner
 import pytest
+import sandbox_up
 
 from localhub.personas import token_for
 
@@ -53,13 +53,9 @@ class ArgvWatcher(threading.Thread):
 @pytest.fixture
 def sandbox_host(tmp_path):
     state = tmp_path / "sandbox.json"
-    up = subprocess.run([str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh"), "up", "--names", "token-leak-1",
-                         "--state", str(state), "--recreate",
-                         "--bind", "%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
-                        capture_output=True, text=True, timeout=180, check=False)
-    assert up.returncode == 0, up.stderr
-    yield state, json.loads(up.stdout)["hosts"][0]
-    subprocess.run([str(REPO / "tests" / "support" / "sandbox" / "sandbox.sh"), "down", "--state", str(state)], timeout=120, check=False)
+    with sandbox_up.hosts("token-leak-1", state, ["%s:/srv/wheelhouse:ro" % (REPO / ".cache" / "wheelhouse")],
+                          timeout=180) as booted:
+        yield state, booted["hosts"][0]
 
 
 def run_playbook(tmp_path, name, state, hub, token, playbook="playbooks/verify_access.yml", pending=None):

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import sandbox_up
 
 import models
 import prometheus_bin
@@ -35,12 +36,8 @@ def host():
     prometheus_bin.binary("promtool")  # the prometheus package is in the shared apt repository
     state = REPO / ".cache" / "sandbox" / ("%s.json" % HOST)
     state.parent.mkdir(parents=True, exist_ok=True)
-    up = subprocess.run([SANDBOX, "up", "--names", HOST, "--state", str(state), "--recreate",
-                         "--bind", "%s:/srv/mon-apt:ro" % prometheus_bin.APT_REPO],
-                        capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr[-3000:]
-    yield state
-    subprocess.run([SANDBOX, "down", "--state", str(state)], timeout=180, check=False)
+    with sandbox_up.hosts(HOST, state, ["%s:/srv/mon-apt:ro" % prometheus_bin.APT_REPO]):
+        yield state
 
 
 @pytest.fixture(scope="module")
