@@ -135,11 +135,19 @@ class StandIn:
             if self.proc.p.poll() is not None:
                 raise RuntimeError(f"stand-in {self.port} exited: {self.proc.lines[-5:]}")
             if http("GET", self.url + "/health_generate", timeout=2)[0] == 200:
+                logged = len(answered_at(self.proc))
                 status, body = chat(self.url)
                 if status == 200:
+                    self._wait_logged(logged + 1, deadline)
                     return time.time()
             time.sleep(0.2)
         raise RuntimeError(f"stand-in {self.port} not ready in {timeout} s")
+
+    def _wait_logged(self, count, deadline):
+        """The answer can reach us before our reader thread has stamped the stand-in's log line of it (a busy
+        test process): wait for the stamp, so the gate's own completion counts as answered before readiness."""
+        while len(answered_at(self.proc)) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def stop(self):
         for g in self.generations:
