@@ -34,6 +34,11 @@ WHEELHOUSE = REPO / ".cache" / "wheelhouse"
 # deploy_kimi.yml's preflight (every phase tag runs it) checks that the pinned SGLang is installable
 # from there (inventories/sandbox: sglang_runtime_wheelhouse); nothing is installed from it by tag hf_token
 SGLANG_WHEELHOUSE = REPO / ".cache" / "sglang-wheelhouse-0.5.23-cpu"
+# A second SGLang build for the served-fleet rollout of an SGLang version (tests/fleet/test_fleet_rollout.py):
+# scripts/sglang-wheelhouse.sh builds it (real sglang wheel from PyPI) when the served scenarios are asked for.
+NEXT_SGLANG_VERSION = "0.5.22"
+NEXT_SGLANG_WHEELHOUSE = REPO / ".cache" / f"sglang-wheelhouse-{NEXT_SGLANG_VERSION}-cpu"
+NEXT_SGLANG_MOUNT = f"/srv/sglang-wheelhouse-{NEXT_SGLANG_VERSION}"
 APT_REPO = REPO / ".cache" / "apt-repo"
 # One SGLang venv per version for the whole fleet (served_fleet): a 2.3 GB install per host is what
 # the single served host (tests/integration) proves; eight copies would prove nothing more and cost
@@ -128,12 +133,30 @@ def require_fleet_prereqs() -> None:
                     "(or point CT200_SANDBOX_ROOTFS at a rootfs built by the current script)")
 
 
+def served_scenarios() -> bool:
+    return os.environ.get("CT200_FLEET_SCENARIOS") == "1"
+
+
+def build_next_sglang_wheelhouse() -> bool:
+    """The second SGLang build's wheelhouse (idempotent, ~15 s); False (the version rollout then skips) when
+    PyPI cannot be reached."""
+    import subprocess
+
+    run = subprocess.run([str(REPO / "scripts" / "sglang-wheelhouse.sh"), NEXT_SGLANG_VERSION], capture_output=True,
+                         text=True, timeout=900, check=False)
+    if run.returncode != 0:
+        print("sglang-wheelhouse %s failed: %s" % (NEXT_SGLANG_VERSION, run.stderr[-2000:]))
+    return run.returncode == 0 and (NEXT_SGLANG_WHEELHOUSE / "requirements.txt").is_file()
+
+
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):
     require_fleet_prereqs()
     binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
     binds += (f"{SGLANG_WHEELHOUSE}:/srv/sglang-wheelhouse:ro",) if SGLANG_WHEELHOUSE.is_dir() else ()
     binds += (f"{APT_REPO}:/srv/apt-repo:ro",) if APT_REPO.is_dir() else ()
+    if served_scenarios() and build_next_sglang_wheelhouse():
+        binds += (f"{NEXT_SGLANG_WHEELHOUSE}:{NEXT_SGLANG_MOUNT}:ro",)
     SHARED.mkdir(parents=True, exist_ok=True)
     binds += (f"{SHARED}:{SHARED_MOUNT}",)
     fleet = netlab.SshFleet(STATE, prefix=PREFIX, count=FLEET_SIZE, rootfs=ROOTFS, binds=binds,
@@ -161,6 +184,9 @@ class ServedFleet:
         self.extra_vars_file = extra_vars_file
         self.env = env
         self.deploy_seconds = deploy_seconds
+        # the second SGLang build a version rollout goes to: version, its wheelhouse on the hosts, its venv
+        self.next_sglang = {"version": NEXT_SGLANG_VERSION, "wheelhouse": NEXT_SGLANG_MOUNT,
+                            "venv": f"{SHARED_MOUNT}/sglang/{NEXT_SGLANG_VERSION}"}
 
     def port(self, host: str) -> int:
         return 30000 + self.hosts.index(host) + 1  # inventories/sandbox: 30000 + ct200_sandbox_index
@@ -188,7 +214,7 @@ ct200_preflight_json: "{{{{ lookup('ansible.builtin.env', 'CT200_SERVED_PREFLIGH
 def served_fleet(ssh_fleet, tmp_path_factory):
     """Every fleet host serving after one full deploy_kimi.yml (the first host installs the shared
     venv through the role first, so that eight hosts do not install into it at once)."""
-    if os.environ.get("CT200_FLEET_SCENARIOS") != "1":
+    if not served_scenarios():
         # One full deploy of 8 hosts is ~500 s here and the rollout and router scenarios on it ~20-40 min more:
         # together they would take the suite past CI's limit. They run on demand and in the benchmarks.
         pytest.skip("served-fleet scenarios (full 8-host deploy, rollouts, router) run with CT200_FLEET_SCENARIOS=1")

@@ -11,7 +11,8 @@ served fleet, one deploy shared by every test here (``served_fleet``), in this o
    names host, gate, measured value, cause and fix;
 4. a gate failure on the middle host and on the last host (a standin.json ``hosts`` override);
 5. ``ct200 rollback --limit`` of one host;
-6. garbage collection keeping exactly current + previous (when ct200.deploy.release_gc is there).
+6. garbage collection keeping exactly current + previous (when ct200.deploy.release_gc is there);
+7. a rollout of an SGLang version (a second wheelhouse, its own venv), then ``ct200 rollback`` of the fleet.
 
 A bad release is a Hub commit of the drafter with a new standin.json (the stand-in's behaviour
 file), as in the field: no test switch in the product.
@@ -338,3 +339,61 @@ def test_garbage_collection_keeps_current_and_previous(served):
         kept = {record(s, host, st[k])["drafter"]["dir"] for k in ("current", "previous")}
         snaps = set(sh(s, host, "ls -d /models/%s/snapshots/*/ 2>/dev/null || true" % DRAFTER).split())
         assert {p.rstrip("/") for p in snaps} == kept, (host, snaps, kept)
+
+
+def server_version(session, host) -> str:
+    """The SGLang version HOST's instance reports (/server_info; the stand-in reads it from the installed sglang)."""
+    out = sh(session, host, "curl -s --max-time 10 http://127.0.0.1:%d/server_info" % port_of(session, host))
+    return json.loads(out).get("version", "")
+
+
+def test_an_sglang_version_rollout_then_a_fleet_rollback(served, tmp_path):
+    """A new SGLang build (the second wheelhouse, 0.5.22) rolled out like any release: its own venv beside the
+    serving one, every host switched and gated, the old venv kept; then ``ct200 rollback`` of the whole fleet
+    goes back to the old venv with no install."""
+    s = served.session
+    host0 = served.hosts[0]
+    version, wheelhouse, new_venv = (served.fleet.next_sglang[k] for k in ("version", "wheelhouse", "venv"))
+    if s.exec(host0, "test -f %s/requirements.txt" % wheelhouse).returncode != 0:
+        pytest.skip("the %s wheelhouse is not on the hosts (scripts/sglang-wheelhouse.sh %s could not build it)"
+                    % (version, version))
+    new = {"ct200_sglang_version": version, "sglang_runtime_wheelhouse": wheelhouse,
+           "sglang_runtime_requirements": wheelhouse + "/requirements.txt"}
+    before = snapshot(served)
+    old_versions = {h: record(s, h, before[h]["state"]["current"])["sglang_version"] for h in served.hosts}
+    assert set(old_versions.values()) == {"0.5.23"}, old_versions
+    # the hosts share one venv per version (served_fleet): the first host installs it, so eight do not at once
+    first = served.fleet.deploy(limit=host0, args=("--tags", "sglang_runtime", "-e", json.dumps(new)))
+    assert first.rc == 0, first.out[-6000:]
+    assert all(started_at(s, h) == before[h]["started"] for h in served.hosts), "staging restarted nothing"
+
+    with Availability(served) as avail:
+        run = served.run_playbook(ROLLOUT, extra=dict(serial_extra(), **new))
+    assert run.rc == 0, run.out[-6000:]
+    after = snapshot(served)
+    for host in served.hosts:
+        st = after[host]["state"]
+        rec, old = record(s, host, st["current"]), record(s, host, st["previous"])
+        assert st["previous"] == before[host]["state"]["current"], st
+        assert rec["sglang_version"] == version and rec["venv"] == new_venv, rec
+        assert old["venv"] != new_venv and sh(s, host, "test -x %s/bin/python && echo kept" % old["venv"]).strip() == "kept"
+        assert "%s/bin/python" % new_venv in after[host]["unit"]
+        assert rec["drafter"]["commit"] == old["drafter"]["commit"] and rec["target"] == old["target"], (rec, old)
+        assert health(s, host) == 200 and server_version(s, host) == version
+    assert avail.max_down <= max(1, len(served.hosts) // 4), avail.max_down
+
+    env = s.fleet.env(s.env(served.env))
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "ct200_fleet", "rollback", "-i", str(REPO / "inventories" / "sandbox"),
+                           "--json", str(tmp_path / "rollback.json")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    back = snapshot(served)
+    for host in served.hosts:
+        st = back[host]["state"]
+        assert st["current"] == before[host]["state"]["current"] and st["previous"] == after[host]["state"]["current"]
+        assert back[host]["unit"] == before[host]["unit"], host
+        assert health(s, host) == 200 and server_version(s, host) == old_versions[host]
+    print("SGLang %s rollout of %d hosts: at most %d down; fleet rollback %.0f s"
+          % (version, len(served.hosts), avail.max_down, seconds))
