@@ -31,7 +31,6 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -168,11 +167,8 @@ def main(argv=None) -> int:
         verified.append(all(t.health(session, h) == 200 for h in hosts))
 
         # rollback of the fleet
-        env = fleet.env(session.env(served.env))
-        t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "ct200_fleet", "rollback", "-i", str(REPO / "inventories" / "sandbox")],
-                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
-        out["rollback_seconds"] = round(time.monotonic() - t0, 1)
+        proc, seconds = served.rollback()
+        out["rollback_seconds"] = round(seconds, 1)
         back = t.snapshot(served)
         verified.append(proc.returncode == 0)
         verified.append(all(back[h]["state"]["current"] == before[h]["state"]["previous"] for h in hosts))

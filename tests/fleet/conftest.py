@@ -16,6 +16,7 @@ default lives in .cache/sandbox/ so a killed session is cleaned by the next).
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -140,8 +141,6 @@ def served_scenarios() -> bool:
 def build_next_sglang_wheelhouse() -> bool:
     """The second SGLang build's wheelhouse (idempotent, ~15 s); False (the version rollout then skips) when
     PyPI cannot be reached."""
-    import subprocess
-
     run = subprocess.run([str(REPO / "scripts" / "sglang-wheelhouse.sh"), NEXT_SGLANG_VERSION], capture_output=True,
                          text=True, timeout=900, check=False)
     if run.returncode != 0:
