@@ -175,7 +175,7 @@ class Hosts:
                 "ct200_sandbox_index": i, "ct200_models_dir": str(home / "models"),
                 "hf_token_path": str(home / "hf" / "token"), "rotate_token_path": str(home / "hf" / "token"),
                 "sglang_runtime_venv": str(home / "sglang-venv"),
-                "ct200_preflight_cache_dir": str(home / "preflight-cache"), "hf_client_venv": str(home / "venv"),
+                "hf_client_venv": str(home / "venv"),
             }
         path = self.root / ("inventory-%d.yml" % n)
         path.write_text(yaml.safe_dump({"all": {"children": {"ct200": {"hosts": hosts, "vars": group_vars}}}}))
@@ -315,7 +315,7 @@ def site_plan_10000(count: int = 10000) -> dict:
     t0 = time.perf_counter()
     fetch = site_plan.fetch_plan(repos, group, dict((h, probe) for h in group),
                                  dict((h, {"fingerprint": fingerprint}) for h in group), fingerprint, "/models",
-                                 "/var/cache/ct200-preflight", dict((r, commit) for r in repos))
+                                 dict((r, commit) for r in repos), layout)
     hub = site_plan.hub_facts({"commits": dict((r, commit) for r in repos)}, None, None, fetch["fetch"], None, repos)
     timings["fetch_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -373,8 +373,8 @@ def setup_hosts(hosts: Hosts, results: dict, root: Path, forks: list, real: int)
     hosts.up()
     real = min(real, hosts.count)
     print("setup: first deploy on %d of %d hosts (not timed)" % (real, hosts.count), flush=True)
-    # Each host fetches its config files into its own ct200_preflight_cache_dir (the preflight's fetch stage reads
-    # every host's own dirs): one run on all hosts. A second try only if a host failed for another reason.
+    # Without fan-out each host fetches its config files into its own snapshot (the preflight's fetch stage reads
+    # every host's own ct200_models_dir): one run on all hosts. A second try only if a host failed for another reason.
     for attempt in range(2):
         setup = playbook(hosts, hosts.inventory(real), "-e", "fanout_enabled=false",
                          "-e", "ct200_preflight_json=%s" % (root / ("setup-preflight-%d.json" % attempt)), *forks)

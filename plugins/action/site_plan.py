@@ -73,11 +73,11 @@ class ActionModule(ActionBase):
     def _stage_fetch(self, args, task_vars):
         hosts = list(args.get("hosts") or [])
         got = self._per_host(task_vars, hosts, args.get("host_vars"))
-        # each host's own directories (host_vars models_dir / config_dir), the options for a host without them
-        dirs = dict((key, dict((h, got[key][h] if got.get(key, {}).get(h) not in (None, "") else args.get(key))
-                               for h in hosts)) for key in ("models_dir", "config_dir"))
+        # each host's own models directory (host_vars models_dir), the option for a host without one
+        models = dict((h, got["models_dir"][h] if got.get("models_dir", {}).get(h) not in (None, "") else args.get("models_dir"))
+                      for h in hosts)
         return site_plan.fetch_plan(list(args.get("repos") or []), hosts, got.get("probe", {}), got.get("token_query", {}),
-                                    args.get("fingerprint"), dirs["models_dir"], dirs["config_dir"], args.get("commits"))
+                                    args.get("fingerprint"), models, args.get("commits"), args.get("layout"))
 
     def _stage_hub(self, args, task_vars):
         return site_plan.hub_facts(args.get("resolved"), args.get("access"), args.get("listed"), args.get("fetch"),

@@ -51,7 +51,6 @@ ARGUMENT_SPEC = dict(
     fingerprint=dict(type="str"),
     commits=dict(type="dict"),
     models_dir=dict(type="str"),
-    config_dir=dict(type="str"),
     resolved=dict(type="dict"),
     access=dict(type="dict"),
     listed=dict(type="dict"),
@@ -207,32 +206,59 @@ def host_dir(dirs, host, name):
     return value.rstrip("/") or "/"
 
 
-def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, models_dir, config_dir, commits=None):
-    """Per host what it lacks and where its fit check reads configs (its own ``models_dir`` and ``config_dir``:
-    one path, or {host: path}); the fleet's fetch list (in repo order) and the trees to list for it (at the
-    resolved commits); whether access must be proven (something to fetch, or a host without the inventory token)."""
-    per_host, lacking = {}, set()
-    commits = commits or {}
+def config_fetcher(layout, hosts):
+    """The one host that fetches the config files of a commit it lacks for the fit check when the site fans out:
+    the seed (its weights download then reuses them), or the first host of the run when the seed is not in it.
+    None without fan-out: every host fetches from the Hub anyway, each into its own snapshot."""
+    if not (layout or {}).get("fanout"):
+        return None
+    if layout.get("seed") in hosts:
+        return layout["seed"]
+    return next((h for h in layout.get("hosts") or [] if h in hosts), hosts[0] if hosts else None)
 
-    def complete_dir(models, repo_id):  # a complete repository is read from its snapshot of the resolved commit
-        root = "%s/%s" % (models, repo_id)
+
+def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, models_dir, commits=None, layout=None):
+    """Per host what it lacks, which configs it fetches for the fit check (``config_fetch``) and where that check
+    runs (``fit_host``) and reads them (``config_dirs``, in the fit host's ``models_dir``: one path or {host: path});
+    the fleet's fetch list (in repo order) and the trees to list for it (at the resolved commits); whether access
+    must be proven (something to fetch, or a host without the inventory token).
+
+    Configs go into the snapshot of the resolved commit, where the weights download finds them verified and does
+    not fetch them again. With fan-out only the config fetcher asks the Hub for them: a host that lacks a
+    repository runs its fit check there (the configs are the same; its own GPU facts are the module's options),
+    so the preflight costs one Hub copy of the config files for the site, not one per host."""
+    commits = commits or {}
+    fetcher = config_fetcher(layout, hosts)
+    incomplete = dict((h, [r for r in repo_ids if r not in complete_repos(probes.get(h))]) for h in hosts)
+    models = dict((h, host_dir(models_dir, h, "ct200_models_dir")) for h in hosts)
+
+    def snapshot(host, repo_id):  # a repository is read from its snapshot of the resolved commit
+        root = "%s/%s" % (models[host], repo_id)
         return "%s/snapshots/%s" % (root, commits[repo_id]) if commits.get(repo_id) else root
 
+    per_host = {}
     for host in hosts:
-        models = host_dir(models_dir, host, "ct200_models_dir")
-        configs = host_dir(config_dir, host, "ct200_preflight_cache_dir")
-        done = complete_repos(probes.get(host))
-        incomplete = [r for r in repo_ids if r not in done]
-        lacking.update(incomplete)
+        fit_host = host if fetcher is None or not incomplete[host] else fetcher
         held = (token_queries.get(host) or {}).get("fingerprint")
         per_host[host] = {
-            "incomplete": incomplete,
+            "incomplete": incomplete[host],
             "token_in_place": held is not None and held == expected_fingerprint,
-            "config_dirs": dict((r, "%s/%s" % (configs, r) if r in incomplete else complete_dir(models, r)) for r in repo_ids)}
+            "fit_host": fit_host,
+            "config_fetch": _configs_to_fetch(host, fetcher, incomplete),
+            "config_dirs": dict((r, snapshot(fit_host, r)) for r in repo_ids)}
+    lacking = set(r for h in hosts for r in incomplete[h])
     fetch = [r for r in repo_ids if r in lacking]
     in_place = all(h["token_in_place"] for h in per_host.values())
-    return {"hosts": per_host, "fetch": fetch, "prove_access": bool(fetch) or not in_place,
+    return {"hosts": per_host, "fetch": fetch, "prove_access": bool(fetch) or not in_place, "config_fetcher": fetcher,
             "list_repos": [{"repo_id": r, "revision": commits[r]} for r in fetch if r in commits]}
+
+
+def _configs_to_fetch(host, fetcher, incomplete):
+    """Without fan-out a host fetches the configs of what it lacks; with it only the fetcher does, for what it
+    lacks itself: every fit check runs on it, and a repository it holds is read from its complete snapshot."""
+    if fetcher is not None and host != fetcher:
+        return []
+    return list(incomplete[host])
 
 
 def _ran(result):

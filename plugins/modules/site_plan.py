@@ -69,8 +69,8 @@ options:
   host_vars:
     description:
       - Plan input -> the variable (C(name) or C(name.key)) read from each host's variables.
-      - "O(stage=fetch): C(probe), C(token_query), C(models_dir), C(config_dir) (each host's own directories; a host
-        without the variable gets O(models_dir), O(config_dir)). O(stage=report): C(site), C(runtime), C(token), C(token_query),
+      - "O(stage=fetch): C(probe), C(token_query), C(models_dir) (each host's own weights directory; a host
+        without the variable gets O(models_dir)). O(stage=report): C(site), C(runtime), C(token), C(token_query),
         C(hub), C(plan), C(disk), C(fit). O(stage=site): C(address) (a list: the first set), C(port)."
     type: dict
   host_checks:
@@ -91,11 +91,6 @@ options:
     type: dict
   models_dir:
     description: O(stage=fetch). Where the weights live on a host whose O(host_vars) C(models_dir) variable is unset.
-    type: str
-  config_dir:
-    description:
-      - O(stage=fetch). Where the preflight fetches the config files of a repository a host lacks, for a host whose
-        O(host_vars) C(config_dir) variable is unset.
     type: str
   resolved:
     description: O(stage=hub). The registered result of M(ct200.deploy.hf_repo_meta) resolving the revisions.
@@ -134,6 +129,7 @@ options:
   layout:
     description:
       - O(stage=site), O(stage=report). A layout decided already (the preflight's); only checked against the hosts.
+      - O(stage=fetch). The site's layout: with fan-out only the config fetcher (the seed) fetches config files.
       - O(stage=jobs), O(stage=fanout_result). The layout of this run.
     type: dict
   plans:
@@ -207,9 +203,16 @@ fingerprint:
   returned: stage=token
   type: str
 hosts:
-  description: O(stage=fetch). Per host C(incomplete) (repository ids), C(token_in_place), C(config_dirs).
+  description:
+    - O(stage=fetch). Per host C(incomplete) (repository ids), C(token_in_place), C(config_fetch) (the repositories whose
+      config files it fetches for the fit check), C(fit_host) (where its fit check runs) and C(config_dirs) (repository id
+      -> the snapshot the fit check reads, on C(fit_host)).
   returned: stage=fetch
   type: dict
+config_fetcher:
+  description: O(stage=fetch). The one host that fetches config files when the site fans out (the seed), else null.
+  returned: stage=fetch
+  type: str
 fetch:
   description: O(stage=fetch), O(stage=hub). Repository ids some host must fetch, in repository order.
   returned: stage=fetch or stage=hub

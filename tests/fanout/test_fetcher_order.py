@@ -74,9 +74,19 @@ def _file_server():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.files, server.served = files, served
+    server.spans = lambda count: _spans_once_recorded(served, count)
     server.base = "http://127.0.0.1:%d/model" % server.server_address[1]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def _spans_once_recorded(served, count, limit_s=5.0):
+    """The server's spans once ``count`` GETs are recorded: a handler thread records its span after its
+    last write, which the client may have read, verified and returned on before that thread runs again."""
+    deadline = time.monotonic() + limit_s
+    while len(served) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sorted(served, key=lambda span: span[1])
 
 
 def most_at_once(spans):
@@ -100,7 +110,7 @@ def test_a_peer_fetches_one_file_after_another_in_path_order(tmp_path, parent):
                              peer_stall=10, stall_timeout=10)
     result = fetcher.run()
     assert result["files_fetched"] == 6 and result["bytes_by_kind"]["parent"] == 6 * SIZE
-    spans = sorted(parent.served, key=lambda span: span[1])
+    spans = parent.spans(len(listing))
     assert [p for p, _b, _e in spans] == sorted(listing), "not fetched in path order"
     assert most_at_once(spans) <= 2, "files fetched side by side complete together: %s" % spans
     verified = sorted(listing, key=lambda p: result["file_times"][p]["verified"])
@@ -154,7 +164,7 @@ def test_a_second_child_takes_each_file_after_its_earlier_sibling(tmp_path, pare
                              poll=0.01, peer_stall=10, stall_timeout=10, probe=probe, after=sibling)
     result = fetcher.run()
     assert result["files_fetched"] == 3
-    began = dict((path, start) for path, start, _end in parent.served)
+    began = dict((path, start) for path, start, _end in parent.spans(len(listing)))
     for path in listing:  # the parent was asked for each file only once the sibling had it
         assert began[path] >= probe.had[path], (path, began[path], probe.had[path])
     assert fetcher.after is sibling, "a sibling that keeps up stays the one to wait for"
@@ -185,7 +195,7 @@ def test_the_last_large_file_comes_from_the_final_route_and_the_rest_from_the_tr
     sources = dict((path, seen["source"]) for path, seen in result["file_times"].items())
     last = "model-00003-of-00003.safetensors"  # the small config after it does not hold a link: the tree's
     assert sources == dict((path, "h0" if path == last else "h1") for path in listing), sources
-    assert [path for path, _b, _e in other_peer.served] == [last]
+    assert [path for path, _b, _e in other_peer.spans(1)] == [last]
 
 
 def test_a_final_sender_that_is_down_leaves_the_last_file_to_the_tree(tmp_path, parent):
@@ -207,7 +217,7 @@ def test_the_final_file_waits_for_the_earlier_receiver_of_the_same_sender(tmp_pa
                              poll=0.01, peer_stall=10, stall_timeout=10, probe=probe, final=final)
     fetcher.run()
     last = sorted(listing)[-1]
-    began = dict((path, start) for path, start, _end in parent.served)
+    began = dict((path, start) for path, start, _end in parent.spans(len(listing)))
     assert set(probe.had) == {last}, "only the final file waits for the final route's earlier receiver"
     assert began[last] >= probe.had[last]
 

@@ -98,13 +98,13 @@ class FleetSession:
 
     def reset_token(self, persona: str) -> None:
         """Test cleanup, not the product path: every host's download-user token file holds PERSONA's token
-        (no backups, no preflight configs), whatever an earlier test on the shared hosts left there."""
+        (no backups), whatever an earlier test on the shared hosts left there."""
         from localhub import token_for
 
         token_dir = "/root/.cache/huggingface"
         for host in self.hosts:
             res = self.exec(host, f"mkdir -p {token_dir}; rm -rf {token_dir}/token.* {token_dir}/.token* "
-                                  f"/var/cache/ct200-preflight; umask 077; cat > {token_dir}/token.reset && "
+                                  f"; umask 077; cat > {token_dir}/token.reset && "
                                   f"mv {token_dir}/token.reset {token_dir}/token", input=token_for(persona) + "\n")
             assert res.returncode == 0, res.stderr
 

@@ -37,7 +37,6 @@ REPO = Path(__file__).resolve().parents[2]
 VERIFY = REPO / "playbooks" / "verify_access.yml"
 TOKEN_DIR = "/root/.cache/huggingface"
 TOKEN_FILE = f"{TOKEN_DIR}/token"
-PREFLIGHT_CONFIGS = "/var/cache/ct200-preflight"  # written by deploy_kimi.yml's preflight
 OLD, NEW = "granted", "granted_write"
 
 
@@ -95,10 +94,10 @@ def backups(fleet) -> dict[str, str]:
 
 
 def reset_to_old(fleet) -> None:
-    """Test cleanup, not the product path: the old token, no backups, no preflight configs."""
+    """Test cleanup, not the product path: the old token, no backups."""
     for host in fleet.hosts:
         res = fleet.exec(host, f"mkdir -p {TOKEN_DIR}; rm -rf {TOKEN_DIR}/token.* {TOKEN_DIR}/.token* "
-                               f"{PREFLIGHT_CONFIGS}; umask 077; cat > {TOKEN_FILE}.reset && "
+                               f"; umask 077; cat > {TOKEN_FILE}.reset && "
                                f"mv {TOKEN_FILE}.reset {TOKEN_FILE}", input=token_for(OLD) + "\n")
         assert res.returncode == 0, res.stderr
 

@@ -146,38 +146,81 @@ def probe(*complete):
     return {"results": [{"item": {"repo_id": r}, "planning": "manifest" if r in complete else "hub"} for r in ("o/t", "o/d")]}
 
 
+C, D = "c" * 40, "d" * 40
+ALONE = {"fanout": False, "hosts": ["h1", "h2"], "seed": None}
+
+
 def test_fetch_list_in_repo_order_and_access_only_when_needed():
     tokens = {"h1": {"fingerprint": "sha256:x"}, "h2": {"fingerprint": "sha256:x"}}
     got = sp.fetch_plan(["o/t", "o/d"], ["h1", "h2"], {"h1": probe("o/t"), "h2": probe("o/t", "o/d")}, tokens,
-                        "sha256:x", "/models", "/cache", {"o/t": "c" * 40, "o/d": "d" * 40})
+                        "sha256:x", "/models", {"o/t": C, "o/d": D}, ALONE)
     assert got["fetch"] == ["o/d"] and got["prove_access"] is True
-    assert got["list_repos"] == [{"repo_id": "o/d", "revision": "d" * 40}]
-    # a complete repository is read from its snapshot of the resolved commit, a lacking one from the config cache
-    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/models/o/t/snapshots/" + "c" * 40, "o/d": "/cache/o/d"}
-    done = sp.fetch_plan(["o/t", "o/d"], ["h2"], {"h2": probe("o/t", "o/d")}, tokens, "sha256:x", "/m", "/c")
+    assert got["list_repos"] == [{"repo_id": "o/d", "revision": D}]
+    # without fan-out each host fetches the configs it lacks into its own snapshot of the resolved commit,
+    # where its weights download finds them; a complete repository is read from its snapshot
+    assert got["config_fetcher"] is None
+    assert got["hosts"]["h1"]["config_fetch"] == ["o/d"] and got["hosts"]["h2"]["config_fetch"] == []
+    assert got["hosts"]["h1"]["fit_host"] == "h1"
+    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/models/o/t/snapshots/" + C, "o/d": "/models/o/d/snapshots/" + D}
+    done = sp.fetch_plan(["o/t", "o/d"], ["h2"], {"h2": probe("o/t", "o/d")}, tokens, "sha256:x", "/m")
     assert (done["fetch"], done["prove_access"]) == ([], False)
     other_token = sp.fetch_plan(["o/t"], ["h2"], {"h2": probe("o/t", "o/d")}, {"h2": {"fingerprint": "sha256:y"}},
-                                "sha256:x", "/m", "/c")
+                                "sha256:x", "/m")
     assert other_token["prove_access"] is True
 
 
-def test_each_host_reads_and_fetches_configs_in_its_own_dirs():
-    """The stage runs once for the fleet: each host's models and config dirs are its own, not the first host's."""
+def test_with_fan_out_only_the_seed_fetches_configs_and_the_others_fit_there():
+    """One Hub copy of the config files for the site (issue 13: a commit that changes one small file costs that
+    file's bytes): the seed fetches them into its snapshot, every host that lacks the commit is checked there."""
+    layout = sp.site_layout(["h1", "h2", "h3"])
+    probes = {"h3": probe("o/t")}
+    got = sp.fetch_plan(["o/t"], ["h1", "h2", "h3"], probes, {}, "sha256:x", {"h1": "/m1", "h2": "/m2", "h3": "/m3"},
+                        {"o/t": C}, layout)
+    assert got["config_fetcher"] == "h1"
+    assert [got["hosts"][h]["config_fetch"] for h in ("h1", "h2", "h3")] == [["o/t"], [], []]
+    assert [got["hosts"][h]["fit_host"] for h in ("h1", "h2", "h3")] == ["h1", "h1", "h3"]
+    # h2 reads the seed's snapshot; h3, which holds the commit, reads its own
+    assert got["hosts"]["h2"]["config_dirs"] == {"o/t": "/m1/o/t/snapshots/" + C}
+    assert got["hosts"]["h3"]["config_dirs"] == {"o/t": "/m3/o/t/snapshots/" + C}
+
+
+def test_a_seed_that_holds_the_commit_fetches_nothing_and_serves_the_fit_checks():
+    layout = sp.site_layout(["h1", "h2"])
+    got = sp.fetch_plan(["o/t", "o/d"], ["h1", "h2"], {"h1": probe("o/t", "o/d"), "h2": probe("o/t")}, {}, "sha256:x",
+                        "/m", {"o/t": C, "o/d": D}, layout)
+    assert got["fetch"] == ["o/d"]
+    assert got["hosts"]["h1"]["config_fetch"] == [] and got["hosts"]["h2"]["config_fetch"] == []
+    assert got["hosts"]["h2"]["fit_host"] == "h1"
+    assert got["hosts"]["h2"]["config_dirs"]["o/d"] == "/m/o/d/snapshots/" + D
+
+
+def test_a_pinned_seed_fetches_and_a_seed_outside_the_run_gives_way_to_the_first_host():
+    pinned = sp.fetch_plan(["o/t"], ["h1", "h2"], {}, {}, "sha256:x", "/m", {"o/t": C},
+                           sp.site_layout(["h1", "h2"], seed="h2"))
+    assert pinned["config_fetcher"] == "h2" and pinned["hosts"]["h1"]["fit_host"] == "h2"
+    # the layout's seed failed before this task (it is not in the play's hosts any more)
+    gone = sp.fetch_plan(["o/t"], ["h2", "h3"], {}, {}, "sha256:x", "/m", {"o/t": C}, sp.site_layout(["h1", "h2", "h3"]))
+    assert gone["config_fetcher"] == "h2"
+    assert gone["hosts"]["h2"]["config_fetch"] == ["o/t"] and gone["hosts"]["h3"]["config_fetch"] == []
+
+
+def test_each_host_reads_configs_in_its_own_models_dir():
+    """The stage runs once for the fleet: each host's models dir is its own, not the first host's."""
     got = sp.fetch_plan(["o/t", "o/d"], ["h1", "h2"], {"h1": probe("o/t"), "h2": probe("o/t")}, {}, "sha256:x",
-                        {"h1": "/m1", "h2": "/m2/"}, {"h1": "/c1", "h2": "/c2"}, {"o/t": "c" * 40})
-    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/m1/o/t/snapshots/" + "c" * 40, "o/d": "/c1/o/d"}
-    assert got["hosts"]["h2"]["config_dirs"] == {"o/t": "/m2/o/t/snapshots/" + "c" * 40, "o/d": "/c2/o/d"}
+                        {"h1": "/m1", "h2": "/m2/"}, {"o/t": C})
+    assert got["hosts"]["h1"]["config_dirs"] == {"o/t": "/m1/o/t/snapshots/" + C, "o/d": "/m1/o/d"}
+    assert got["hosts"]["h2"]["config_dirs"] == {"o/t": "/m2/o/t/snapshots/" + C, "o/d": "/m2/o/d"}
 
 
 @pytest.mark.parametrize("models", [{"h1": "/m"}, {"h1": "/m", "h2": "models"}, {"h1": "/m", "h2": ""}])
 def test_a_host_without_an_absolute_models_dir_is_refused_by_name(models):
     with pytest.raises(sp.PlanError) as err:
-        sp.fetch_plan(["o/t"], ["h1", "h2"], {}, {}, "sha256:x", models, "/c")
+        sp.fetch_plan(["o/t"], ["h1", "h2"], {}, {}, "sha256:x", models)
     assert str(err.value).startswith("h2: ct200_models_dir is ") and "fix: set ct200_models_dir" in str(err.value)
 
 
 def test_a_host_without_a_probe_lacks_everything():
-    got = sp.fetch_plan(["o/t"], ["h1"], {}, {}, "sha256:x", "/m", "/c")
+    got = sp.fetch_plan(["o/t"], ["h1"], {}, {}, "sha256:x", "/m")
     assert got["hosts"]["h1"]["incomplete"] == ["o/t"] and got["hosts"]["h1"]["token_in_place"] is False
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The preflight's fetch stage (ct200.deploy.site_plan stage=fetch, run_once) reads each host's own
-ct200_models_dir and ct200_preflight_cache_dir from its host vars, as playbooks/preflight.yml calls it.
+ct200_models_dir from its host vars, as playbooks/preflight.yml calls it.
 The action plugin contacts no host, so two local hosts cost one ansible-playbook run and no module."""
 
 import json
@@ -20,7 +20,8 @@ def _fetch_task():
 
 
 def _run(tmp_path, hosts):
-    args = dict(_fetch_task(), fingerprint="sha256:x", commits={"o/t": "c" * 40}, repos=["o/t"])
+    args = dict(_fetch_task(), fingerprint="sha256:x", commits={"o/t": "c" * 40}, repos=["o/t"],
+                layout={"fanout": False, "hosts": sorted(hosts), "seed": None})
     play = [{"hosts": "ct200", "gather_facts": False, "tasks": [
         {"ct200.deploy.site_plan": args, "run_once": True, "register": "fetch"},
         {"ansible.builtin.copy": {"content": "{{ fetch.hosts | to_json }}", "dest": str(tmp_path / "out.json")},
@@ -35,13 +36,13 @@ def _run(tmp_path, hosts):
 
 
 def test_the_fetch_stage_takes_each_hosts_own_dirs(tmp_path):
-    proc = _run(tmp_path, {"h1": {"ct200_models_dir": "/srv/a/models", "ct200_preflight_cache_dir": "/srv/a/cache"},
-                           "h2": {"ct200_models_dir": "/srv/b/models"}})
+    proc = _run(tmp_path, {"h1": {"ct200_models_dir": "/srv/a/models"}, "h2": {"ct200_models_dir": "/srv/b/models"}})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     hosts = json.loads((tmp_path / "out.json").read_text())
-    assert hosts["h1"]["config_dirs"] == {"o/t": "/srv/a/cache/o/t"}
-    # a host without ct200_preflight_cache_dir fetches into the default, not into the first host's cache
-    assert hosts["h2"]["config_dirs"] == {"o/t": "/var/cache/ct200-preflight/o/t"}
+    # without fan-out each host fetches the configs into its own snapshot, not into the first host's
+    assert hosts["h1"]["config_dirs"] == {"o/t": "/srv/a/models/o/t/snapshots/" + "c" * 40}
+    assert hosts["h2"]["config_dirs"] == {"o/t": "/srv/b/models/o/t/snapshots/" + "c" * 40}
+    assert hosts["h2"]["config_fetch"] == ["o/t"] and hosts["h2"]["fit_host"] == "h2"
 
 
 def test_a_host_without_a_models_dir_is_named_with_the_fix(tmp_path):
