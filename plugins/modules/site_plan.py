@@ -129,7 +129,7 @@ options:
   layout:
     description:
       - O(stage=site), O(stage=report). A layout decided already (the preflight's); only checked against the hosts.
-      - O(stage=fetch). The site's layout: with fan-out only the config fetcher (the seed) fetches config files.
+      - O(stage=fetch). The site's layout; with fan-out only the config fetcher (the seed) fetches config files.
       - O(stage=jobs), O(stage=fanout_result). The layout of this run.
     type: dict
   plans:
