@@ -234,7 +234,7 @@ def fetch_plan(repo_ids, hosts, probes, token_queries, expected_fingerprint, mod
 
     def snapshot(host, repo_id):  # a repository is read from its snapshot of the resolved commit
         root = "%s/%s" % (models[host], repo_id)
-        return "%s/snapshots/%s" % (root, commits[repo_id]) if commits.get(repo_id) else root
+        return snapshot_path(root, commits[repo_id]) if commits.get(repo_id) else root
 
     per_host = {}
     for host in hosts:

@@ -433,3 +433,10 @@ def test_the_role_plans_anew_unless_the_probe_is_its_plan(fetch, probe, verify):
 def test_file_patterns_make_the_role_plan_anew():
     repos = [dict(WEIGHTS_REPOS[0], allow_patterns=["*.json"]), WEIGHTS_REPOS[1]]
     assert sp.known_plan(repos, [], complete_probe(), "sha256") is None
+
+
+def test_a_commit_that_is_no_40_hex_id_never_becomes_a_fit_check_path():
+    """The resolved commit comes from the Hub: it names a directory only once it is 40 hex digits."""
+    with pytest.raises(sp.PlanError) as err:
+        sp.fetch_plan(["o/t"], ["h1"], {}, {}, "sha256:x", "/m", {"o/t": "../../etc"})
+    assert "not a 40-hex commit" in str(err.value) and "re-run" in str(err.value)
