@@ -107,8 +107,10 @@ class ActionModule(ActionBase):
             value = dict((k, got.get(k, {}).get(host))
                          for k in ("runtime", "token_query", "plan", "disk", "fit", "releases"))
             client_ready = str(got.get("client_ready", {}).get(host)).lower() != "false"  # unset: ready
+            source = site_plan.fit_source(host, got.get("fetch_plan", {}).get(host), got.get("configs"))
             failed = site_plan.failed_checks([(c, got_checks[c][host]) for c in checks], token.get("problem"), hub,
-                                             len(repo_ids), value["plan"], value["disk"], value["fit"], client_ready)
+                                             len(repo_ids), value["plan"], value["disk"], value["fit"], client_ready,
+                                             source)
             rows.append(site_plan.host_row(host, value["runtime"], value["token_query"], hub, repo_ids, value["plan"],
                                            value["disk"], value["fit"], failed, client_ready, value["releases"]))
         return dict(site_plan.report(rows, layout), layout=layout)

@@ -368,28 +368,50 @@ def disk_checks(disk):
 CLIENT_PENDING = "not checked in check mode: the Hub client the fit check reads configs with is installed by the real run"
 
 
-def fit_checks(fit, earlier_failed, client_ready=True):
+def config_fetch_failure(configs):
+    """'<repo>: <message>' of the first config fetch that failed (the registered loop of the fit host), or None."""
+    for result in (configs or {}).get("results") or []:
+        if isinstance(result, dict) and result.get("failed"):
+            return "%s: %s" % ((result.get("item") or {}).get("repo_id"), result.get("msg") or "?")
+    return None
+
+
+def fit_checks(fit, earlier_failed, client_ready=True, fit_host=None, fetch_failure=None):
     """The fit check's refusal; a fit check that could not run is a failure only when nothing else failed,
-    and never when the reason is check mode on a host whose Hub client the real run would install."""
+    and never when the reason is check mode on a host whose Hub client the real run would install.
+    FIT_HOST is where the configs were fetched and the check runs (the seed, for a peer of a fan-out site),
+    FETCH_FAILURE what its config fetch said: a peer's row names the seed, not only "could not"."""
     if isinstance(fit, dict) and fit.get("failed"):
         return [{"check": "fit", "cause": fit.get("msg") or "?",
                  "fix": "see the cause (context_length, kv_cache_dtype, mem_fraction_static, tp)"}]
     if not _ran(fit) and not earlier_failed and client_ready:
-        return [{"check": "fit", "cause": "not checked: the model configs could not be fetched", "fix": "see the earlier tasks"}]
+        where = " on %s" % fit_host if fit_host else ""
+        cause = "not checked: the model configs could not be fetched%s" % where
+        cause += " (%s)" % fetch_failure if fetch_failure else ""
+        fix = "see the cause; %s fetches the configs of the site's fit checks" % fit_host if fit_host else "see the earlier tasks"
+        return [{"check": "fit", "cause": cause, "fix": fix}]
     return []
 
 
-def failed_checks(check_lists, token_problem, hub, repo_count, plan, disk, fit, client_ready=True):
+def failed_checks(check_lists, token_problem, hub, repo_count, plan, disk, fit, client_ready=True, fit_source=None):
     """All failed checks of one host, in the report's order: the hosts' own check lists, the controller's
-    Hub verdicts, the download plan, the disk, the fit."""
+    Hub verdicts, the download plan, the disk, the fit. FIT_SOURCE: (fit host, its config fetch failure)."""
     out = []
     for source, items in check_lists:
         out.extend(as_checks(items, source))
     out.extend(hub_checks(token_problem, hub, repo_count))
     out.extend(plan_checks(plan))
     out.extend(disk_checks(disk))
-    out.extend(fit_checks(fit, bool(out), client_ready))
+    fit_host, fetch_failure = fit_source or (None, None)
+    out.extend(fit_checks(fit, bool(out), client_ready, fit_host, fetch_failure))
     return out
+
+
+def fit_source(host, fetch_plan, configs_by_host):
+    """(the host that fetched HOST's configs and ran its fit check, what its config fetch said) from the
+    fetch stage's plan (``hosts[host].fit_host``) and each host's registered config fetch."""
+    fit_host = (((fetch_plan or {}).get("hosts") or {}).get(host) or {}).get("fit_host") or host
+    return fit_host, config_fetch_failure((configs_by_host or {}).get(fit_host))
 
 
 # ---- rows, table, JSON

@@ -71,7 +71,9 @@ options:
       - Plan input -> the variable (C(name) or C(name.key)) read from each host's variables.
       - "O(stage=fetch): C(probe), C(token_query), C(models_dir) (each host's own weights directory; a host
         without the variable gets O(models_dir)). O(stage=report): C(site), C(runtime), C(token), C(token_query),
-        C(hub), C(plan), C(disk), C(fit). O(stage=site): C(address) (a list: the first set), C(port)."
+        C(hub), C(plan), C(disk), C(fit), C(fetch_plan) (the registered O(stage=fetch) result: whose configs each
+        fit check read), C(configs) (each host's registered config fetch: a peer's row names the seed's failure).
+        O(stage=site): C(address) (a list: the first set), C(port)."
     type: dict
   host_checks:
     description:

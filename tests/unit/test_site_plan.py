@@ -440,3 +440,21 @@ def test_a_commit_that_is_no_40_hex_id_never_becomes_a_fit_check_path():
     with pytest.raises(sp.PlanError) as err:
         sp.fetch_plan(["o/t"], ["h1"], {}, {}, "sha256:x", "/m", {"o/t": "../../etc"})
     assert "not a 40-hex commit" in str(err.value) and "re-run" in str(err.value)
+
+
+def test_a_peer_whose_seed_could_not_fetch_the_configs_names_the_seed_and_its_cause():
+    """With fan-out the seed fetches the configs and runs every fit check: a peer's row says where it failed."""
+    fetch_plan = {"hosts": {"h0": {"fit_host": "h0"}, "h1": {"fit_host": "h0"}}}
+    configs = {"h0": {"results": [{"item": {"repo_id": "z-lab/Kimi-K2.6-DFlash"}, "failed": True,
+                                   "msg": "401 Unauthorized"}]},
+               "h1": {"results": [{"skipped": True}]}}
+    source = sp.fit_source("h1", fetch_plan, configs)
+    assert source == ("h0", "z-lab/Kimi-K2.6-DFlash: 401 Unauthorized")
+    [check] = sp.failed_checks([], None, HUB, len(HUB["repos"]), plan(), {}, {"skipped": True}, True, source)
+    assert check["check"] == "fit"
+    assert check["cause"] == ("not checked: the model configs could not be fetched on h0 "
+                              "(z-lab/Kimi-K2.6-DFlash: 401 Unauthorized)")
+    assert "h0" in check["fix"]
+    # a site of one (no fetch plan entry): the host itself, and no failure to quote when its fetch did not fail
+    assert sp.fit_source("h2", {}, {}) == ("h2", None)
+    assert sp.fit_source("h0", fetch_plan, {"h0": {"results": [{"commit": "a" * 40}]}}) == ("h0", None)
