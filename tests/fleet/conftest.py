@@ -151,6 +151,8 @@ def build_next_sglang_wheelhouse() -> bool:
 @pytest.fixture(scope="session")
 def ssh_fleet(tmp_path_factory):
     require_fleet_prereqs()
+    from tests.fanout.netns_site import apt_repo
+    apt_repo()  # nginx-light for the fan-out tests, bound at /srv/apt-repo (bootstrap builds it; this makes sure)
     binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
     binds += (f"{SGLANG_WHEELHOUSE}:/srv/sglang-wheelhouse:ro",) if SGLANG_WHEELHOUSE.is_dir() else ()
     binds += (f"{APT_REPO}:/srv/apt-repo:ro",) if APT_REPO.is_dir() else ()

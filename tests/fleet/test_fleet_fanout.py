@@ -8,7 +8,8 @@ Hub must have sent exactly one copy of the repository for the whole site (its ow
 must have shown progress, and no weight server may be left running afterwards.
 
 nginx-light comes from the shared flat apt repository of scripts/local-apt-repo.sh (the one the
-netns fan-out tests use too), copied to the hosts by tests/fleet/fanout_prepare.yml.
+netns fan-out tests use too), bind-mounted into the hosts by the ssh_fleet fixture; tests/fleet/fanout_prepare.yml
+points apt at it.
 """
 from __future__ import annotations
 
@@ -32,12 +33,6 @@ PORT = 8790
 PERSONA = "granted"
 
 
-def apt_repo() -> str:
-    from tests.fanout.netns_site import apt_repo as shared_apt_repo
-
-    return shared_apt_repo()  # scripts/local-apt-repo.sh (apt-get download on the controller, once)
-
-
 @pytest.fixture(scope="module")
 def site(ssh_fleet, tmp_path_factory):
     """The fleet with the repository on its Hub, nginx-light installable and the Hub client venv."""
@@ -49,7 +44,7 @@ def site(ssh_fleet, tmp_path_factory):
     env = {"CT200_HF_TOKEN_FILE": str(token_file)}
     common = ("-e", f"fo_models_dir={MODELS}")
     try:
-        run = ssh_fleet.run_playbook(PREPARE, env=env, args=("-e", f"fo_apt_repo={apt_repo()}", *common),
+        run = ssh_fleet.run_playbook(PREPARE, env=env, args=common,
                                      timeout=1200)
         assert run.rc == 0, run.out[-5000:]
         yield ssh_fleet, repo, env
