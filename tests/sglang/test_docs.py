@@ -65,7 +65,10 @@ ROLE_VARS = {
                                       "description": ["Seconds the run waits for each instance's health endpoint"
                                                       " after a start; null uses the instance's"
                                                       " O(sglang_service_instances[].start_timeout). Changes no file"
-                                                      " on the host (the unit keeps its own C(TimeoutStartSec=))."]},
+                                                      " on the host (the unit keeps its own C(TimeoutStartSec=)).",
+                                                      "An instance whose process exits during the wait fails the run"
+                                                      " at once (ct200.deploy.sglang_health_wait reads the unit between"
+                                                      " probes), whatever this budget."]},
     "sglang_service_health_delay": {"type": "int", "default": 2,
                                     "description": ["Seconds between two probes of an instance's health endpoint while"
                                                     " the run waits after a start (the wait's budget stays"
