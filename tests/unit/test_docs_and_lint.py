@@ -70,3 +70,21 @@ def test_ansible_test_sanity(tmp_path):
     assert res.returncode == 0, out[-5000:]
     for test in ("validate-modules", "import", "pep8", "pylint", "yamllint"):
         assert 'Running sanity test "%s"' % test in out, out[-3000:]
+
+
+def test_architecture_table_names_every_file():
+    """docs/architecture.md's one-concern table names every role, module, action, filter and module_utils file:
+    a new one cannot land without its row (the table went stale once, with four 'planned' rows long merged)."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text[text.index("| kind | name | its one concern |"):]
+    table = table[:table.index("\n\n")]
+    named = set(re.findall(r"`([^`]+)`", table))
+    wildcards = [n[:-1] for n in named if n.endswith("*")]
+    plugins = REPO / "plugins"
+    expected = {"role": ROLES, "module": MODULES,
+                "action": sorted(p.stem for p in (plugins / "action").glob("*.py") if not p.stem.startswith("_")),
+                "filter": sorted(p.stem for p in (plugins / "filter").glob("*.yml")),
+                "module_utils": sorted(p.name for p in (plugins / "module_utils").glob("*.py") if p.name != "__init__.py")}
+    missing = ["%s %s" % (kind, name) for kind, names in expected.items() for name in names
+               if name not in named and not any(name.startswith(w) for w in wildcards)]
+    assert not missing, "docs/architecture.md lacks rows for: %s" % missing
