@@ -6,6 +6,7 @@ import math
 import pytest
 
 from ansible_collections.ct200.deploy.plugins.module_utils import fanout
+from fakeclock import FakeClock
 
 HOSTS = ["a", "b", "c", "d", "e", "f", "g", "h"]
 
@@ -117,17 +118,6 @@ class FakeProbe(object):
 
     def progress(self, base):
         return self.progress_answers.pop(0) if len(self.progress_answers) > 1 else self.progress_answers[0]
-
-
-class FakeClock(object):
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def test_wait_returns_as_soon_as_the_parent_has_the_file():

@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_health as health
+from fakeclock import FakeClock as Clock
 
 RUNNING = {"ActiveState": "active", "SubState": "running", "Result": "success", "NRestarts": "0",
            "ExecMainCode": "0", "ExecMainStatus": "0"}
@@ -39,17 +40,6 @@ def test_unit_exited_names_what_systemd_saw(props, start, expect):
         assert got is None
     else:
         assert expect in got, got
-
-
-class Clock(object):
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def test_a_unit_that_exits_stops_the_wait_at_the_next_poll():

@@ -2,19 +2,9 @@
 """Rollout gates: each decision, in order, on what an instance answers (a scripted client and a fake clock)."""
 from ansible_collections.ct200.deploy.plugins.module_utils import sglang_gate as gate
 from ansible_collections.ct200.deploy.plugins.filter.rollout import rollout_failure
+from fakeclock import FakeClock as Clock
 
 EXPECTED = {"speculative_algorithm": "DFLASH", "speculative_draft_model_path": "/m/d/snapshots/" + "e" * 40}
-
-
-class Clock(object):
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 class Instance(object):
