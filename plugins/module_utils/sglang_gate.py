@@ -287,7 +287,10 @@ def switch_failure(task_name: str, msg: str, secrets=()) -> Dict[str, Any]:
     """A verdict for a switch that failed inside the role's run path (the instance never came up)."""
     text = "%s %s" % (task_name or "", msg or "")
     if "wait until healthy" in text:
-        gate, measured = "health_generate", "not 200 before the start timeout"
+        # sglang_health_wait: the unit's process exited (a crash at start), or the budget ran out while it ran
+        exited = re.search(r"stopped before .*?\((Result=[^)]*)\)", text)
+        gate, measured = "health_generate", ("the process exited (%s) before it answered" % exited.group(1)
+                                             if exited else "not 200 before the start timeout")
     elif "serves what was rendered" in text:
         gate, measured = "server_info", "mismatch"
     elif "drafter accepts" in text or "the answer is not empty" in text:

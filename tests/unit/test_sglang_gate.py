@@ -101,6 +101,12 @@ def test_the_rollouts_message_names_host_gate_value_cause_fix_and_where_the_host
     switched = rollout_failure({"skipped": True}, "fleet-4", "Run | did not come up | kimi",
                                "sglang@kimi.service failed in 'Run | wait until healthy | kimi': ...", "r0123456789ab")
     assert switched.startswith("fleet-4: gate health_generate failed") and "journal" in switched
+    assert "not 200 before the start timeout" in switched
+    crashed = rollout_failure({"skipped": True}, "fleet-4", "Run | did not come up | kimi",
+                              "sglang@kimi.service failed in 'Run | wait until healthy | kimi': sglang@kimi.service "
+                              "stopped before http://127.0.0.1:30000/health_generate answered 200 (3 s into the wait): "
+                              "the main process exited (Result=exit-code, status 1)", "r0123456789ab")
+    assert "measured the process exited (Result=exit-code, status 1) before it answered" in crashed
     assert "could not be moved back" in rollout_failure(result, "fleet-1")
     role = rollout_failure(None, "fleet-2", "Run | did not come up | kimi",
                            "sglang@kimi.service failed in 'Run | the answer is not empty and the drafter accepts tokens | "
