@@ -16,14 +16,12 @@ reader, clock and sleep as arguments (unit-tested without a host).
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
 from typing import Callable, Dict, Optional, Tuple
+
+from ansible_collections.ct200.deploy.plugins.module_utils import sglang_gate as gate
 
 # what `systemctl show` is asked for (one call per poll)
 PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainCode", "ExecMainStatus")
-# an answer's body is not needed: the status says healthy or not
-PROBE_READ_LIMIT = 4096
 
 
 def parse_show(text: str) -> Dict[str, str]:
@@ -73,15 +71,11 @@ def unit_exited(props: Dict[str, str], restarts_at_start: int) -> Optional[str]:
 
 
 def probe(url: str, timeout: float) -> Tuple[Optional[int], str]:
-    """(HTTP status or None, what went wrong) of one GET of the health URL."""
-    try:
-        with urllib.request.build_opener().open(url, timeout=timeout) as answer:  # nosec: the instance's own URL
-            answer.read(PROBE_READ_LIMIT)
-            return answer.status, ""
-    except urllib.error.HTTPError as exc:
-        return exc.code, "HTTP %d" % exc.code
-    except (OSError, ValueError) as exc:
-        return None, str(exc)[:200]
+    """(HTTP status or None, what went wrong) of one GET of the health URL (sglang_gate's client)."""
+    status, answer = gate.Client(url).call("", timeout=timeout)
+    if status == 200:
+        return status, ""
+    return status, "HTTP %d" % status if status is not None else str(answer)[:200]
 
 
 def wait_healthy(check: Callable[[], Tuple[Optional[int], str]], show: Callable[[], Dict[str, str]],
