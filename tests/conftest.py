@@ -46,7 +46,7 @@ def local_hub(tmp_path_factory):
 SHARED_FIXTURES = ("served_host", "ssh_fleet", "fo_site", "token_fleet")
 # About the seconds each took on a quiet machine (--durations); the others are short.
 HEAVY_UNITS = {
-    "served_host": 450, "ssh_fleet": 420,
+    "served_host": 680, "ssh_fleet": 420,  # served_host: the deploy scenario, tag walk, API key, rollouts
     "token_fleet": 300,  # test_hub_calls.py then test_rotation.py
     "tests/sglang/test_molecule_sglang.py": 123, "tests/unit/test_docs_and_lint.py::test_ansible_test_sanity": 118,
     "tests/download/test_molecule_model_weights.py": 100, "fo_site": 90,
