@@ -414,6 +414,24 @@ def fit_source(host, fetch_plan, configs_by_host):
     return fit_host, config_fetch_failure((configs_by_host or {}).get(fit_host))
 
 
+def fit_ready(commits, repos, configs, config_fetch):
+    """Whether a host's fit check can run: the commit of every repository of the run resolved, and the fit
+    host's config fetch (its registered loop) fetched each repository it was to fetch (``config_fetch``).
+    Else the check is skipped and the report says why (``fit_checks``)."""
+    resolved = commits or {}
+    if any(repo.get("repo_id") not in resolved for repo in repos or []):
+        return False
+    fetched = set(_fetched_configs(configs))
+    return all(repo_id in fetched for repo_id in config_fetch or [])
+
+
+def _fetched_configs(configs):
+    """Repository ids whose config fetch ran and verified (a result carries the commit it fetched)."""
+    for result in (configs or {}).get("results") or []:
+        if isinstance(result, dict) and result.get("commit") and not result.get("failed"):
+            yield (result.get("item") or {}).get("repo_id")
+
+
 # ---- rows, table, JSON
 
 

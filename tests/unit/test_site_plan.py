@@ -458,3 +458,24 @@ def test_a_peer_whose_seed_could_not_fetch_the_configs_names_the_seed_and_its_ca
     # a site of one (no fetch plan entry): the host itself, and no failure to quote when its fetch did not fail
     assert sp.fit_source("h2", {}, {}) == ("h2", None)
     assert sp.fit_source("h0", fetch_plan, {"h0": {"results": [{"commit": "a" * 40}]}}) == ("h0", None)
+
+
+def test_the_fit_check_runs_only_when_every_commit_resolved_and_its_configs_were_fetched():
+    repos = [{"repo_id": "o/t"}, {"repo_id": "z/d"}]
+    commits = {"o/t": "a" * 40, "z/d": "b" * 40}
+    fetched = {"results": [{"item": {"repo_id": "o/t"}, "commit": "a" * 40, "failed": False},
+                           {"item": {"repo_id": "z/d"}, "commit": "b" * 40, "failed": False}]}
+    assert sp.fit_ready(commits, repos, fetched, ["o/t", "z/d"])
+    assert sp.fit_ready(commits, repos, {}, [])                      # nothing to fetch: the host has both
+    assert not sp.fit_ready({"o/t": "a" * 40}, repos, fetched, [])   # a commit that did not resolve
+    # the drafter's fetch was refused (401): no commit in its result, and a skipped item is no fetch either
+    refused = {"results": [fetched["results"][0], {"item": {"repo_id": "z/d"}, "msg": "401 Unauthorized"}]}
+    assert not sp.fit_ready(commits, repos, refused, ["o/t", "z/d"])
+    skipped = {"results": [fetched["results"][0], {"item": {"repo_id": "z/d"}, "skipped": True}]}
+    assert not sp.fit_ready(commits, repos, skipped, ["o/t", "z/d"])
+    # the old count comparison took any two results with a commit: the same repository twice is not both
+    twice = {"results": [fetched["results"][0], fetched["results"][0]]}
+    assert not sp.fit_ready(commits, repos, twice, ["o/t", "z/d"])
+    assert not sp.fit_ready(commits, repos, None, ["o/t"])
+    from ansible_collections.ct200.deploy.plugins.filter.site import FilterModule
+    assert FilterModule().filters()["preflight_fit_ready"](commits, repos, fetched, ["o/t", "z/d"]) is True
