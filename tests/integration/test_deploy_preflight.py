@@ -68,16 +68,23 @@ def bare_host(tmp_path, name, wheelhouse):
     return state
 
 
-def deploy(state, hub, tmp_path, *extra):
+def sandbox_env(state, hub, tmp_path):
+    """The environment of a playbook run against the sandbox hosts of STATE and HUB (a granted token's file)."""
     token = tmp_path / "token"
     token.write_text(token_for("granted") + "\n")
     token.chmod(0o600)
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CT200_SANDBOX_STATE=str(state),
                CT200_HF_ENDPOINT=hub.url, CT200_HF_TOKEN_FILE=str(token), ANSIBLE_NOCOLOR="1")
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
-    proc = subprocess.run(["ansible-playbook", "deploy_kimi.yml", "-i", "inventories/sandbox",
+    return env
+
+
+def deploy(state, hub, tmp_path, *extra, playbook="deploy_kimi.yml"):
+    """(rc, output) of PLAYBOOK (deploy_kimi.yml, or one of playbooks/) on the sandbox hosts of STATE."""
+    proc = subprocess.run(["ansible-playbook", playbook, "-i", "inventories/sandbox",
                            "-e", "ct200_preflight_json=%s" % (tmp_path / "preflight.json"), *extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+                          cwd=REPO, env=sandbox_env(state, hub, tmp_path), capture_output=True, text=True,
+                          timeout=1200, check=False)
     logs = os.environ.get("CT200_DEPLOY_LOGS")  # where to keep each run's output (with per-task times)
     if logs:
         os.makedirs(logs, exist_ok=True)

@@ -16,14 +16,14 @@ runtime and serving phases are left out to keep the test short; they make no Hub
 """
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from localhub.personas import token_for
+
+from test_deploy_preflight import sandbox_env
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -32,16 +32,11 @@ TAGS = ("--tags", "hf_token,hf_gated_access,model_weights")
 
 
 def deploy(state, hub, tmp_path, *extra):
-    token = tmp_path / "token"
-    token.write_text(token_for("granted") + "\n")
-    token.chmod(0o600)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CT200_SANDBOX_STATE=str(state),
-               CT200_HF_ENDPOINT=hub.url, CT200_HF_TOKEN_FILE=str(token), ANSIBLE_NOCOLOR="1")
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
     report = tmp_path / "preflight.json"
     proc = subprocess.run(["ansible-playbook", "deploy_kimi.yml", "-i", "inventories/sandbox", *TAGS,
                            "-e", "ct200_preflight_json=%s" % report, *extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+                          cwd=REPO, env=sandbox_env(state, hub, tmp_path), capture_output=True, text=True,
+                          timeout=1200, check=False)
     out = proc.stdout + proc.stderr
     assert token_for("granted") not in out
     return proc.returncode, out, (json.loads(report.read_text()) if report.exists() else None)

@@ -4,10 +4,12 @@ real systemd host that deploy_kimi.yml served. The 8-host fault scenarios (tests
 need a served fleet and run with CT200_FLEET_SCENARIOS=1; these prove the same path on one host, in order:
 
 1. right after a deploy, a rollout that changes nothing is a no-op: changed=0 (the deploy recorded the
-   release it serves, with its decode throughput);
-2. a bad drafter revision (acceptance 1.0) fails the canary's acceptance gate, and the host is back on its
-   previous release, restarted and serving, with nothing recorded;
-3. a good drafter revision is switched to and recorded (current -> previous), its figures measured;
+   release it serves, with its decode throughput); with the records gone (a host deployed before deploys
+   recorded), the rollout adopts the same release and measures it, restarting nothing;
+2. a bad drafter revision (acceptance 1.0; decode -30 %) fails the canary's acceptance (throughput) gate, and
+   the host is back on its previous release, restarted and serving, with nothing recorded;
+3. a good drafter revision is switched to and recorded (current -> previous), its figures measured; garbage
+   collection keeps the drafter snapshots of current and previous only;
 4. rollback.yml returns the host to the release it served before.
 
 A bad release is a Hub commit of the drafter with a new standin.json, as in the field. The commits go to a Hub
@@ -15,14 +17,10 @@ of this module's own (the same default repositories give the same commits as the
 suite's shared Hub keeps its main."""
 
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 from localhub import LocalHub
-from localhub.personas import token_for
 
 from test_deploy_preflight import REPO, SERVED_PORT, deploy, off_spec, on_host
 from test_deploy_preflight import SERVED_HOST as HOST
@@ -52,17 +50,8 @@ def host(served_host, hub, tmp_path_factory):
 
 
 def play(state, hub, tmp_path, playbook, *extra):
-    """ansible-playbook PLAYBOOK on the served host (the rollout's own inventory variables only)."""
-    token = tmp_path / "token"
-    token.write_text(token_for("granted") + "\n")
-    token.chmod(0o600)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), CT200_SANDBOX_STATE=str(state),
-               CT200_HF_ENDPOINT=hub.url, CT200_HF_TOKEN_FILE=str(token), ANSIBLE_NOCOLOR="1")
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
-    proc = subprocess.run(["ansible-playbook", str(REPO / "playbooks" / playbook), "-i", "inventories/sandbox",
-                           "-e", "ct200_preflight_json=%s" % (tmp_path / "preflight.json"), *SERVED_PORT, *extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
-    return proc.returncode, proc.stdout + proc.stderr
+    """ansible-playbook playbooks/PLAYBOOK on the served host (the port its instance keeps)."""
+    return deploy(state, hub, tmp_path, *SERVED_PORT, *extra, playbook=str(REPO / "playbooks" / playbook))
 
 
 def sh(state, cmd):
@@ -105,16 +94,29 @@ def test_a_rollout_right_after_a_deploy_changes_nothing(host, hub, tmp_path):
     assert releases(host)[0] == st and started_at(host) == started
     assert sh(host, "cat /etc/systemd/system/%s" % UNIT) == unit_before
 
+    # a host deployed before deploys recorded releases: the rollout adopts what it serves (the same release id,
+    # read from the installed unit and env file) and measures its baseline, restarting nothing
+    sh(host, "rm -rf %s" % RELEASES)
+    rc, out = play(host, hub, tmp_path, "rollout.yml")
+    assert rc == 0, out[-6000:]
+    adopted, recs = releases(host)
+    assert adopted["current"] == st["current"] and adopted["previous"] is None, adopted
+    assert recs["current"]["measured"]["decode_tok_s"] > 30 and started_at(host) == started
 
-def test_a_bad_drafter_fails_the_acceptance_gate_and_the_host_is_back(host, hub, tmp_path):
+
+@pytest.mark.parametrize("gate,behaviour,measured", [
+    ("acceptance", {"accept_length": 1.0}, "measured 1.0"),
+    ("throughput", {"decode_tok_s": 28.0}, "measured 2"),   # -30 % of the deployed 40 tok/s: about 28
+])
+def test_a_bad_drafter_fails_its_gate_and_the_host_is_back(host, hub, tmp_path, gate, behaviour, measured):
     st, recs = releases(host)
     unit_before, started = sh(host, "cat /etc/systemd/system/%s" % UNIT), started_at(host)
-    commit_drafter(hub, {"accept_length": 1.0}, "bad drafter: acceptance 1.0")
+    commit_drafter(hub, behaviour, "bad drafter: " + gate)
     rc, out = play(host, hub, tmp_path, "rollout.yml")
     assert rc != 0, out[-6000:]
-    msg = next((line for line in out.splitlines() if "%s: gate acceptance failed" % HOST in line), None)
+    msg = next((line for line in out.splitlines() if "%s: gate %s failed" % (HOST, gate) in line), None)
     assert msg, out[-6000:]
-    assert "measured 1.0" in msg and "Cause:" in msg and "Fix:" in msg and "back on its previous release" in msg, msg
+    assert measured in msg and "Cause:" in msg and "Fix:" in msg and "back on its previous release" in msg, msg
     assert releases(host)[0] == st                                         # nothing recorded
     assert sh(host, "cat /etc/systemd/system/%s" % UNIT) == unit_before    # its previous release's unit
     assert started_at(host) != started and serves(host)                    # restarted on it, serving
@@ -131,6 +133,11 @@ def test_a_good_drafter_is_switched_recorded_and_rolled_back(host, hub, tmp_path
     assert new["current"]["drafter"]["commit"] == good and new["previous"]["drafter"]["commit"] != good
     assert new["current"]["measured"]["accept_length"] == 3.0 and new["current"]["measured"]["decode_tok_s"] > 30
     assert new["current"]["drafter"]["dir"] in sh(host, "cat /etc/systemd/system/%s" % UNIT) and serves(host)
+    # the rollout completed: garbage collection kept the drafter snapshots of current and previous, no other
+    # (the bad drafters' snapshots, staged and never served, are gone)
+    kept = {new[k]["drafter"]["dir"] for k in ("current", "previous")}
+    snaps = set(sh(host, "ls -d /models/%s/snapshots/*/" % DRAFTER).split())
+    assert {p.rstrip("/") for p in snaps} == kept, (snaps, kept)
 
     rc, out = play(host, hub, tmp_path, "rollback.yml")
     assert rc == 0, out[-6000:]
