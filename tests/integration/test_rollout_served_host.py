@@ -141,6 +141,6 @@ def test_a_good_drafter_is_switched_recorded_and_rolled_back(host, hub, tmp_path
 
     rc, out = play(host, hub, tmp_path, "rollback.yml")
     assert rc == 0, out[-6000:]
-    back_st, _ = releases(host)
+    back_st = releases(host)[0]
     assert back_st["current"] == st["current"] and back_st["previous"] == new_st["current"], back_st
     assert sh(host, "cat /etc/systemd/system/%s" % UNIT) == unit_before and serves(host)
