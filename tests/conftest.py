@@ -58,7 +58,10 @@ HEAVY_UNITS = {
 }
 # Tests that go first in their unit: the tag walk starts from the served host's converged spec, before
 # test_api_key_and_restart reconfigures it (else it pays for one more deploy to get back).
-RUN_FIRST = ("tests/integration/test_phase_tags.py::test_each_tag_runs_alone",)
+# Node id prefixes. On the served host, the tag walk and then the rollouts (which leave the host on the deployed
+# release) come before the tests that reconfigure it, so neither needs a deploy that puts the host back on spec.
+RUN_FIRST = ("tests/integration/test_phase_tags.py::test_each_tag_runs_alone",
+             "tests/integration/test_rollout_served_host.py::")
 # Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
 PER_TEST_MODULES = ("tests/unit/test_docs_and_lint.py",)
 UNITS_DIR = "CT200_TEST_UNITS_DIR"  # where the workers leave the unit of each test for the scheduler
@@ -81,7 +84,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     # stable: the order within a unit is kept, but for RUN_FIRST
-    items.sort(key=lambda item: (-HEAVY_UNITS.get(work_unit(item), 0), item.nodeid not in RUN_FIRST))
+    items.sort(key=lambda item: (-HEAVY_UNITS.get(work_unit(item), 0), not item.nodeid.startswith(RUN_FIRST)))
     if hasattr(config, "workerinput") and os.environ.get(UNITS_DIR):
         # xdist's own xdist_group marks do not reach its scheduler under pytest 9 (it sets
         # item._nodeid, which pytest 9 no longer reads): hand the units over in a file instead.
