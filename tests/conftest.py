@@ -56,10 +56,9 @@ HEAVY_UNITS = {
     "tests/sglang/test_monitoring_live.py": 66, "tests/sglang/test_monitoring_role.py": 45,
     "tests/sglang/test_status_live.py": 33,
 }
-# Tests that go first in their unit: the tag walk starts from the served host's converged spec, before
-# test_api_key_and_restart reconfigures it (else it pays for one more deploy to get back).
-# Node id prefixes. On the served host, the tag walk and then the rollouts (which leave the host on the deployed
-# release) come before the tests that reconfigure it, so neither needs a deploy that puts the host back on spec.
+# Node id prefixes of tests that go first in their unit: on the served host, the tag walk and then the rollouts
+# (which leave the host on the deployed release) run before test_api_key_and_restart reconfigures it, so neither
+# pays for a deploy that puts the host back on spec.
 RUN_FIRST = ("tests/integration/test_phase_tags.py::test_each_tag_runs_alone",
              "tests/integration/test_rollout_served_host.py::")
 # Modules whose tests share nothing costly: each test is a unit of its own (sanity and lint side by side).
