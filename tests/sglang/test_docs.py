@@ -102,6 +102,12 @@ ROLE_VARS = {
                                                             " {name}. No shell."]},
     "sglang_service_traffic_external_in": {"type": "list", "elements": "str", "default": [],
                                            "description": "With C(external): the argv that puts the host back (same placeholders)."},
+    "sglang_service_install_phase": {"type": "bool", "default": True,
+                                     "description": ["False skips the install phase (service group and user,"
+                                                     " directories, the strict systemd-analyze wrapper): the caller"
+                                                     " ran it already (playbooks/rollout.yml's stage play, on every"
+                                                     " host at once, so that each switch batch only renders,"
+                                                     " restarts and proves)."]},
     "sglang_service_traffic_rejoin": {"type": "bool", "default": True,
                                       "description": ["False leaves a started instance out of rotation after the run"
                                                       " path; the caller puts it back after gates of its own"

@@ -76,9 +76,14 @@ def test_the_cli_runs_them_with_the_batches_as_ct200_rollout_serial():
         == {"rotate_serial": [2]}
 
 
+# the role's task files that never stop or start an instance (rollout.yml's stage play installs through one)
+NO_RESTART_TASK_FILES = ("install.yml", "preflight.yml")
+
+
 def _runs_the_service_role(task) -> bool:
     for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
-        if (task.get(key) or {}).get("name") == "ct200.deploy.sglang_service":
+        include = task.get(key) or {}
+        if include.get("name") == "ct200.deploy.sglang_service" and include.get("tasks_from") not in NO_RESTART_TASK_FILES:
             return True
     return any(_runs_the_service_role(t) for k in ("block", "rescue", "always") for t in task.get(k, []))
 
