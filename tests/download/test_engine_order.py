@@ -8,6 +8,7 @@ over the files shows in when each file completes."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import http.server
 import os
@@ -108,6 +109,16 @@ def _served(server, path):
     return min(r[3] for r in mine), max(r[4] for r in mine)
 
 
+def _longest_in_order(recorded, order):
+    """How many of RECORDED complete in ORDER's order: its longest subsequence that ORDER also has."""
+    rank = [order.index(path) for path in recorded]
+    best = []  # best[k]: the smallest last rank of an increasing run of length k + 1
+    for value in rank:
+        k = bisect.bisect_left(best, value)
+        best[k:k + 1] = [value]
+    return len(best)
+
+
 def _max_in_flight(times):
     """Most files being served at one moment."""
     events = sorted([(first, 1) for first, _done in times] + [(done, -1) for _first, done in times],
@@ -123,8 +134,10 @@ def test_files_complete_in_the_order_given_with_few_in_flight(tmp_path, paced_se
     pfs = _files(paced_server, 10)
     _engine, _stats, manifest = _run(tmp_path, pfs, workers=8)
     order = [pf.path for pf in pfs]
-    # a straggling range may let the next file finish first (a loaded machine); never more than that
-    assert max(abs(manifest.recorded.index(path) - i) for i, path in enumerate(order)) <= 1, manifest.recorded
+    # On a starved CPU a straggling range can hold its file back, past the next one or past several (seen once:
+    # nine places late at load ~6). All but two files still complete in the order given; whole files on every
+    # worker finish the first eight in any order.
+    assert _longest_in_order(manifest.recorded, order) >= len(order) - 2, manifest.recorded
     times = [_served(paced_server, path) for path in order]
     # the workers share the first unfinished file; straggling ranges may hold a file or two more open
     # (whole files on every worker had all eight in flight)
@@ -160,6 +173,14 @@ def test_a_file_is_cut_into_ranges_per_worker_but_not_below_split_min(tmp_path):
     pieces = engine._pieces(big)
     assert len(pieces) == 8 * eng.PIECES_PER_WORKER and pieces[0].start == 0 and pieces[-1].end == big.size
     assert all(p.end == q.start for p, q in zip(pieces, pieces[1:])) and all(p.start % eng.ALIGN == 0 for p in pieces)
+
+
+def test_longest_in_order_counts_the_files_that_keep_their_place():
+    order = list("abcdefghij")
+    assert _longest_in_order(order, order) == 10
+    assert _longest_in_order(list("bcdefghija"), order) == 9  # one file nine places late
+    assert _longest_in_order(list("badcefghij"), order) == 8  # two neighbours swapped twice
+    assert _longest_in_order(list("hgfedcbaij"), order) == 3  # eight whole files finishing in any order
 
 
 def test_file_times_record_first_byte_and_rename(tmp_path, paced_server):
