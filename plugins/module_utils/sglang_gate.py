@@ -283,13 +283,19 @@ def failure_message(host: str, verdict_: Dict[str, Any], restored: Optional[str]
     return scrub(text, secrets)
 
 
-def switch_failure(task_name: str, msg: str, secrets=()) -> Dict[str, Any]:
-    """A verdict for a switch that failed inside the role's run path (the instance never came up)."""
+def _exit_words(exited: str) -> str:
+    """'Result=exit-code, status 1' out of the health wait's sentence (or the sentence itself)."""
+    found = re.search(r"\((Result=[^)]*)\)", exited)
+    return found.group(1) if found else exited
+
+
+def switch_failure(task_name: str, msg: str, secrets=(), exited: Optional[str] = None) -> Dict[str, Any]:
+    """A verdict for a switch that failed inside the role's run path (the instance never came up): the gate is the
+    role's task that failed (TASK_NAME and MSG as the role's rescue keeps them in ``sglang_service_failure``), EXITED
+    the health wait's structured answer when the process exited (systemd's Result= and status)."""
     text = "%s %s" % (task_name or "", msg or "")
     if "wait until healthy" in text:
-        # sglang_health_wait: the unit's process exited (a crash at start), or the budget ran out while it ran
-        exited = re.search(r"stopped before .*?\((Result=[^)]*)\)", text)
-        gate, measured = "health_generate", ("the process exited (%s) before it answered" % exited.group(1)
+        gate, measured = "health_generate", ("the process exited (%s) before it answered" % _exit_words(exited)
                                              if exited else "not 200 before the start timeout")
     elif "serves what was rendered" in text:
         gate, measured = "server_info", "mismatch"

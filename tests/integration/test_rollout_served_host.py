@@ -108,6 +108,8 @@ def test_a_rollout_right_after_a_deploy_changes_nothing(host, hub, tmp_path):
 @pytest.mark.parametrize("gate,behaviour,measured", [
     ("acceptance", {"accept_length": 1.0}, "measured 1.0"),
     ("throughput", {"decode_tok_s": 28.0}, "measured 2"),   # -30 % of the deployed 40 tok/s: about 28
+    # exits at start: the role's run path fails, and what its rescue kept (the health wait's exit) names the gate
+    ("health_generate", {"crash_on_start": True}, "measured the process exited (Result=exit-code"),
 ])
 def test_a_bad_drafter_fails_its_gate_and_the_host_is_back(host, hub, tmp_path, gate, behaviour, measured):
     st, recs = releases(host)

@@ -102,11 +102,19 @@ def test_the_rollouts_message_names_host_gate_value_cause_fix_and_where_the_host
                                "sglang@kimi.service failed in 'Run | wait until healthy | kimi': ...", "r0123456789ab")
     assert switched.startswith("fleet-4: gate health_generate failed") and "journal" in switched
     assert "not 200 before the start timeout" in switched
-    crashed = rollout_failure({"skipped": True}, "fleet-4", "Run | did not come up | kimi",
-                              "sglang@kimi.service failed in 'Run | wait until healthy | kimi': sglang@kimi.service "
-                              "stopped before http://127.0.0.1:30000/health_generate answered 200 (3 s into the wait): "
-                              "the main process exited (Result=exit-code, status 1)", "r0123456789ab")
+    # what the role's rescue kept (sglang_service_failure): the health wait's structured exit, not its message
+    kept = {"task": "Run | wait until healthy | kimi", "msg": "sglang@kimi.service stopped before ... answered 200",
+            "exited": "the main process exited (Result=exit-code, status 1) and systemd gave up"}
+    crashed = rollout_failure({"skipped": True}, "fleet-4", "Run | did not come up | kimi", "any words", "r0123456789ab",
+                              failure=kept)
     assert "measured the process exited (Result=exit-code, status 1) before it answered" in crashed
+    never = rollout_failure({"skipped": True}, "fleet-4", "Run | did not come up | kimi", "", "r0",
+                            failure=dict(kept, exited=None))
+    assert "measured not 200 before the start timeout" in never
+    # a gate's own verdict wins over the role's record; an empty record falls back to the failed task
+    assert rollout_failure(result, "fleet-1", failure=kept).startswith("fleet-1: gate acceptance failed")
+    assert rollout_failure(None, "fleet-5", "Rollout | the release the switch rendered", "unreadable", "r0",
+                           failure=None).startswith("fleet-5: gate switch failed")
     assert "could not be moved back" in rollout_failure(result, "fleet-1")
     role = rollout_failure(None, "fleet-2", "Run | did not come up | kimi",
                            "sglang@kimi.service failed in 'Run | the answer is not empty and the drafter accepts tokens | "
