@@ -44,6 +44,7 @@ APT_REPO = REPO / ".cache" / "apt-repo"
 # One SGLang venv per version for the whole fleet (served_fleet): a 2.3 GB install per host is what
 # the single served host (tests/integration) proves; eight copies would prove nothing more and cost
 # minutes. The first host installs it through the role, the others find it complete (the role's stamp).
+# The same for huggingface_hub's venv (hf_client): eight creations and pip runs cost ~20 s of each deploy.
 SHARED = REPO / ".cache" / "sandbox" / f"{PREFIX}-shared"
 SHARED_MOUNT = "/srv/ct200-shared"
 DEPLOY = REPO / "playbooks" / "deploy_kimi.yml"
@@ -205,8 +206,10 @@ class ServedFleet:
 
 
 SERVED_VARS = f"""---
-# served_fleet (tests/fleet/conftest.py): one venv per SGLang version, shared by the fleet's hosts
+# served_fleet (tests/fleet/conftest.py): one venv per SGLang version, shared by the fleet's hosts, and one
+# huggingface_hub venv (the first host's deploy creates both; the others find them complete by their stamps)
 sglang_runtime_venv: "{SHARED_MOUNT}/sglang/{{{{ sglang_runtime_version }}}}"
+hf_client_venv: "{SHARED_MOUNT}/hf-client-venv"
 ct200_preflight_json: "{{{{ lookup('ansible.builtin.env', 'CT200_SERVED_PREFLIGHT') }}}}"
 """
 
