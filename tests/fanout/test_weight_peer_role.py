@@ -74,10 +74,21 @@ def test_role_installs_serves_is_idempotent_and_removes(host):
     assert get(base + "/m/model-1.safetensors") == (200, b"verified")
     assert get(base + "/m/.ct200/manifest.json")[0] == 404
     assert get(base + "/m/")[0] in (403, 404)
+    # the server this run started runs the new unit and configuration: no restart, no reload on top
+    restart = out.split("TASK [ct200.deploy.weight_peer : Restart on a new unit]")[1].split("TASK [")[0]
+    assert "skipping: [%s]" % HOST in restart, restart
+    assert "RUNNING HANDLER [ct200.deploy.weight_peer : Reload" not in out or "skipping: [%s]" % HOST in \
+        out.split("RUNNING HANDLER [ct200.deploy.weight_peer : Reload")[1].split("TASK [")[0], out[-3000:]
 
     rc, out = playbook(host, "-e", "fo_port=%d" % port, "--skip-tags", "prepare")
     assert rc == 0, out[-4000:]
     assert recap_changed(out) == 0, out[-3000:]
+    # a configuration change while it serves: the running server reloads it (a server that run started needs not)
+    two = '{"weight_peer_models": [{"name": "m", "path": "/srv/fo-model"}, {"name": "n", "path": "/srv/fo-model"}]}'
+    rc, out = playbook(host, "-e", "fo_port=%d" % port, "-e", two, "--skip-tags", "prepare")
+    assert rc == 0, out[-4000:]
+    assert "RUNNING HANDLER [ct200.deploy.weight_peer : Reload the weight_peer server]" in out, out[-3000:]
+    assert get(base + "/n/model-1.safetensors") == (200, b"verified")
 
     rc, out = playbook(host, "-e", "fo_port=%d" % port, "-e", "fo_state=absent", "--skip-tags", "prepare")
     assert rc == 0, out[-4000:]
