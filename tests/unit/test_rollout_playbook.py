@@ -36,6 +36,13 @@ def test_stage_then_a_gated_switch_in_batches_then_gc():
         == "ct200.deploy.sglang_service"  # the role's run path (instance_run.yml: drain, start, readiness)
     assert names.index("ct200.deploy.sglang_gate") < names.index("ansible.builtin.assert") \
         < [i for i, n in enumerate(names) if n == "ct200.deploy.sglang_release"][-1]
+    # the switch skips the role's install phase; a bare host (no unit yet) gets it in the stage play instead
+    assert block["block"][0]["vars"]["sglang_service_install_phase"] is False
+    install = next(t for t in tasks_of(stage) if (t.get("ansible.builtin.include_role") or {}).get("tasks_from")
+                   == "install.yml")
+    assert install["when"] == "not ct200_rollout_unit_stat.stat.exists"
+    # the rollout names the gate from what the role's run path kept, read before the restore's run path resets it
+    assert "ct200_rollout_role_failure" in block["rescue"][0]["ansible.builtin.set_fact"]
     rescue = [next(k for k in task if "." in k) for task in block["rescue"]]
     restore = block["rescue"][rescue.index("ct200.deploy.sglang_release")]["ct200.deploy.sglang_release"]
     assert restore["state"] == "restored" and restore["to"] == "current"
