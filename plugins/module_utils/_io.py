@@ -20,6 +20,8 @@ same way on hostile ground (a directory an attacker could plant files in):
   anything, under the same walk.
 * ``safe_relpath``: refuses relative paths that could leave their root.
 * ``listdir_sorted``: a directory's names in a stable order, none when it cannot be listed.
+* ``ensure_dir``: a directory with its owner and mode, made with its missing parents, the directory itself
+  never a symlink (owner and mode are set through a descriptor opened ``O_NOFOLLOW``).
 """
 
 from __future__ import annotations
@@ -242,3 +244,55 @@ def remove_stale_temps(directory, root=None):
     finally:
         os.close(dir_fd)
     return removed
+
+
+def _dir_changes(st, uid, gid, mode):
+    """What differs between a directory's stat and the wanted owner (-1: any) and mode."""
+    changes = []
+    if (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid):
+        changes.append("owner")
+    if stat.S_IMODE(st.st_mode) != mode:
+        changes.append("mode")
+    return changes
+
+
+def ensure_dir(path, uid=-1, gid=-1, mode=0o755, check=False):
+    """Make PATH a directory owned by UID:GID (-1: leave) with MODE: ``"created"``, ``"fixed"`` (owner or mode
+    set) or ``"ok"``. Missing parents are made with the same owner and mode (as ``ansible.builtin.file`` does);
+    existing parents are trusted, as an administrator may mount or link a disk there. PATH itself must not be a
+    symlink or another kind of file: ``UnsafePathError`` names it. CHECK: report, change nothing."""
+    path = os.path.abspath(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not check:
+            parent = os.path.dirname(path)
+            if parent != path and not os.path.lexists(parent):
+                ensure_dir(parent, uid, gid, mode)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, mode)
+            _set_dir_attrs(path, uid, gid, mode)
+        return "created"
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError("%s is %s, not a directory; remove it (it was not made by ct200.deploy) and run "
+                              "again" % (path, "a symlink" if stat.S_ISLNK(st.st_mode) else "a file"))
+    if not _dir_changes(st, uid, gid, mode):
+        return "ok"
+    if not check:
+        _set_dir_attrs(path, uid, gid, mode)
+    return "fixed"
+
+
+def _set_dir_attrs(path, uid, gid, mode):
+    try:
+        fd = _open_dir_nofollow(path)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafePathError("%s became a symlink or a file while it was made; remove it and run again"
+                                  % path) from None
+        raise
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)  # after the owner: chown clears set-id bits
+    finally:
+        os.close(fd)
