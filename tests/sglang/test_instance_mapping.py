@@ -15,8 +15,8 @@ from ansible_collections.ct200.deploy.plugins.module_utils.sglang_spec import AR
 
 TASKS = Path(__file__).resolve().parents[2] / "roles" / "sglang_service" / "tasks" / "instance_configure.yml"
 # computed by the role itself, not read from the instance
-ROLE_COMPUTED = {"name": "sglang_service_i.name", "other_instances": "sglang_service_others"}
-PASS_THROUGH = re.compile(r"^\{\{ sglang_service_i\.(\w+) \| default\(omit\) \}\}$")
+ROLE_COMPUTED = {"name": "sglang_service_options.name", "other_instances": "sglang_service_others"}
+PASS_THROUGH = re.compile(r"^\{\{ sglang_service_options\.(\w+) \| default\(omit\) \}\}$")
 
 
 def module_args():
@@ -32,7 +32,7 @@ def mapping_problems(args):
         if option in ROLE_COMPUTED:
             ok = ROLE_COMPUTED[option] in value
         elif option == "state":  # the instance's state: 'absent', else 'present'
-            ok = "sglang_service_i.state" in value
+            ok = "sglang_service_options.state" in value
         else:
             match = PASS_THROUGH.match(str(value).strip())
             ok = bool(match) and match.group(1) == option
@@ -48,7 +48,7 @@ def test_every_module_option_is_passed_from_the_instance_key_of_its_name():
 def test_a_dropped_new_or_crossed_option_is_caught():
     args = module_args()
     args.pop("tp")
-    args["pp"] = "{{ sglang_service_i.tp | default(omit) }}"
-    args["tp_size"] = "{{ sglang_service_i.tp_size | default(omit) }}"
+    args["pp"] = "{{ sglang_service_options.tp | default(omit) }}"
+    args["tp_size"] = "{{ sglang_service_options.tp_size | default(omit) }}"
     assert mapping_problems(args) == ["not passed: tp", "unknown to the module: tp_size",
-                                      "pp reads {{ sglang_service_i.tp | default(omit) }}"]
+                                      "pp reads {{ sglang_service_options.tp | default(omit) }}"]
