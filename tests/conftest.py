@@ -85,8 +85,12 @@ BACKGROUND_NICE = 5
 
 
 def prioritize(item):
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
         os.setpriority(os.PRIO_PROCESS, 0, 0 if work_unit(item) in CRITICAL_UNITS else BACKGROUND_NICE)
+    except PermissionError:  # only root may lower a nice value again: a user's run keeps the one it has
+        pass
 
 
 def pytest_configure(config):

@@ -246,14 +246,10 @@ def remove_stale_temps(directory, root=None):
     return removed
 
 
-def _dir_changes(st, uid, gid, mode):
-    """What differs between a directory's stat and the wanted owner (-1: any) and mode."""
-    changes = []
-    if (uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid):
-        changes.append("owner")
-    if stat.S_IMODE(st.st_mode) != mode:
-        changes.append("mode")
-    return changes
+def _dir_differs(st, uid, gid, mode):
+    """Whether a directory's stat differs from the wanted owner (-1: any) or mode."""
+    return ((uid != -1 and st.st_uid != uid) or (gid != -1 and st.st_gid != gid)
+            or stat.S_IMODE(st.st_mode) != mode)
 
 
 def ensure_dir(path, uid=-1, gid=-1, mode=0o755, check=False):
@@ -276,7 +272,7 @@ def ensure_dir(path, uid=-1, gid=-1, mode=0o755, check=False):
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError("%s is %s, not a directory; remove it (it was not made by ct200.deploy) and run "
                               "again" % (path, "a symlink" if stat.S_ISLNK(st.st_mode) else "a file"))
-    if not _dir_changes(st, uid, gid, mode):
+    if not _dir_differs(st, uid, gid, mode):
         return "ok"
     if not check:
         _set_dir_attrs(path, uid, gid, mode)
