@@ -22,6 +22,11 @@ def sglang_instance_options(item, defaults=None, base=None, optional=None):
     return sglang_instance.options(item, defaults, base, optional)
 
 
+def sglang_other_instances(instances, defaults, name):
+    """The host's other instances as the module's other_instances (name, port, nccl_port, gpus)."""
+    return sglang_instance.others(instances, defaults, name)
+
+
 def sglang_run_facts(instance, state_dir, health_timeout=None):
     """The run path's facts of one merged instance (unit, URL, health budget, speculative or not)."""
     return sglang_instance.run_facts(instance, state_dir, health_timeout)
@@ -30,4 +35,4 @@ def sglang_run_facts(instance, state_dir, health_timeout=None):
 class FilterModule(object):
     def filters(self):
         return {"sglang_readiness": sglang_readiness, "sglang_instance_options": sglang_instance_options,
-                "sglang_run_facts": sglang_run_facts}
+                "sglang_run_facts": sglang_run_facts, "sglang_other_instances": sglang_other_instances}

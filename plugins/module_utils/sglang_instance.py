@@ -5,6 +5,7 @@
 
 * ``options`` -- what the role's README promises: role-level values < ``sglang_service_defaults`` < the
   instance's own keys (top-level keys, as ``combine`` without ``recursive``).
+* ``others`` -- what the module must know of the host's other instances to refuse a clash (ports, GPUs).
 * ``run_facts`` -- what the run path (instance_run.yml) needs of one instance: its unit, the URL the host
   reaches it on, the health wait's budget, whether it is speculative.
 
@@ -16,7 +17,7 @@ rollout, and the run facts 0.3 s more. A filter called once in a ``set_fact`` re
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
@@ -33,6 +34,20 @@ def options(item: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = Non
     merged.update(defaults or {})
     merged.update(item or {})
     return merged
+
+
+def others(instances: Sequence[Mapping[str, Any]], defaults: Optional[Mapping[str, Any]],
+           name: str) -> List[Dict[str, Any]]:
+    """The host's instances but NAME, each as its name, port (30000), NCCL port (None) and GPUs ([]), after
+    DEFAULTS: the module's ``other_instances``."""
+    out = []
+    for item in instances:
+        if item.get("name") == name:
+            continue
+        merged = options(item, defaults)
+        out.append({"name": merged.get("name"), "port": merged.get("port", 30000),
+                    "nccl_port": merged.get("nccl_port"), "gpus": merged.get("gpus", [])})
+    return out
 
 
 def client_address(listen: Any) -> str:

@@ -72,3 +72,14 @@ def test_the_filters_are_the_module_utils_functions():
     merged = FILTERS["sglang_instance_options"]({"name": "k"}, {"tp": 2}, {"state": "stopped"})
     assert merged == {"name": "k", "tp": 2, "state": "stopped"}
     assert FILTERS["sglang_run_facts"](merged, "/s", 5)["health_timeout"] == 5
+
+
+def test_other_instances_leave_out_the_planned_one_and_take_the_defaults():
+    instances = [{"name": "kimi", "port": 30000, "gpus": [0, 1]},
+                 {"name": "small", "gpus": [2], "nccl_port": 29600},
+                 {"name": "spare"}]
+    got = FILTERS["sglang_other_instances"](instances, {"port": 31000, "tp": 2}, "kimi")
+    assert got == [{"name": "small", "port": 31000, "nccl_port": 29600, "gpus": [2]},
+                   {"name": "spare", "port": 31000, "nccl_port": None, "gpus": []}]
+    assert si.others(instances, None, "spare")[0] == {"name": "kimi", "port": 30000, "nccl_port": None,
+                                                      "gpus": [0, 1]}
