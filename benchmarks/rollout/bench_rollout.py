@@ -22,6 +22,10 @@ local Hub in one of its own), one full deploy_kimi.yml (not timed), then in ONE 
 * ``all_verified``: every host served the 8-host rollout's release with its gate figures recorded, the
   bad release left every host on that release, and the rollback put every host on its previous one.
 
+Where ``total_s`` goes (the goal is 10 minutes for the whole command): ``fleet_up_s``, ``deploy_s``,
+``rollout_1_s``, ``rollout_8_s``, ``bad_release_s``, ``rollback_seconds``, ``teardown_s`` and
+``revision_bump_local_s``; what they leave is the checks between the phases.
+
 Ratios only, nothing fails on time. ``--quick`` is this sequence once.
 """
 
@@ -100,7 +104,9 @@ def main(argv=None) -> int:
     hub = None
     verified = []
     try:
+        t0 = time.monotonic()
         fleet.up()
+        out["fleet_up_s"] = round(time.monotonic() - t0, 1)
         hub = start_hub_in_namespace(fleet, Path(tempfile.mkdtemp(prefix="bench-rollout-hub-")))
         session = FleetSession(fleet, hub)
         # served_fleet's steps (tests/fleet/conftest.py): local apt source, the shared venv once, the full deploy
@@ -155,7 +161,9 @@ def main(argv=None) -> int:
         t.commit_drafter(served, {"accept_length": 1.0}, "bench: bad drafter")
         changed = changed_bytes(hub, t.DRAFTER, before_bump)
         hub.reset_stats()
+        t0 = time.monotonic()
         run = served.run_playbook(t.ROLLOUT, extra=t.serial_extra())
+        out["bad_release_s"] = round(time.monotonic() - t0, 1)
         # every host holds the previous commit and stages this one (the canary fails after the staging): what the
         # fleet's Hub sent for a commit that changed two small files, with the kept snapshot hard-linked and the fan-out
         bump = hub_figures(hub, changed)
@@ -174,11 +182,15 @@ def main(argv=None) -> int:
         verified.append(all(back[h]["state"]["current"] == before[h]["state"]["previous"] for h in hosts))
         verified.append(all(t.health(session, h) == 200 for h in hosts))
     finally:
+        t0 = time.monotonic()
         if hub is not None:
             hub.stop()
         fleet.down()
+        out["teardown_s"] = round(time.monotonic() - t0, 1)
     # the staging helper's own figure (one host, a local Hub, one changed config.json), beside the fleet's
+    t0 = time.monotonic()
     out["revision_bump_local_hub_bytes_over_changed"], out["revision_bump_local_source"] = revision_bump()
+    out["revision_bump_local_s"] = round(time.monotonic() - t0, 1)
     out["all_verified"] = bool(verified) and all(verified)
     out["checks"] = verified
     out["total_s"] = round(time.monotonic() - t_start, 1)

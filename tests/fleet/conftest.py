@@ -15,6 +15,7 @@ default lives in .cache/sandbox/ so a killed session is cleaned by the next).
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +49,7 @@ APT_REPO = REPO / ".cache" / "apt-repo"
 SHARED = REPO / ".cache" / "sandbox" / f"{PREFIX}-shared"
 SHARED_MOUNT = "/srv/ct200-shared"
 DEPLOY = REPO / "playbooks" / "deploy_kimi.yml"
+RELEASES = "/var/lib/ct200/releases"
 
 
 class FleetSession:
@@ -186,6 +188,9 @@ class ServedFleet:
         self.extra_vars_file = extra_vars_file
         self.env = env
         self.deploy_seconds = deploy_seconds
+        # each host's release state and current record as the full deploy left them (read_deployed_releases):
+        # later tests roll releases forward and back, so what the deploy recorded is kept from before they run
+        self.deployed_releases: dict = {}
         # the second SGLang build a version rollout goes to: version, its wheelhouse on the hosts, its venv
         self.next_sglang = {"version": NEXT_SGLANG_VERSION, "wheelhouse": NEXT_SGLANG_MOUNT,
                             "venv": f"{SHARED_MOUNT}/sglang/{NEXT_SGLANG_VERSION}"}
@@ -203,6 +208,14 @@ class ServedFleet:
 
     def deploy(self, limit=None, args=(), timeout=1200) -> netlab.Run:
         return self.run_playbook(DEPLOY, limit=limit, args=args, timeout=timeout)
+
+    def read_deployed_releases(self) -> None:
+        """Keep what /var/lib/ct200/releases holds on every host now: its state.json and current record."""
+        for host in self.hosts:
+            state = json.loads(self.session.exec(host, f"cat {RELEASES}/state.json").stdout or "{}")
+            current = state.get("current")
+            record = self.session.exec(host, f"cat {RELEASES}/{current}.json").stdout if current else ""
+            self.deployed_releases[host] = {"state": state, "record": json.loads(record) if record else None}
 
 
 SERVED_VARS = f"""---
@@ -244,6 +257,7 @@ def served_fleet(ssh_fleet, tmp_path_factory):
         full = served.deploy()
         assert full.rc == 0, full.out[-8000:]
         served.deploy_seconds = time.monotonic() - started
+        served.read_deployed_releases()
         print("served_fleet: fleet up %.0f s; prepare %.0f s, runtime on %s %.0f s, full deploy %.0f s (%.0f s in all)"
               % (ssh_fleet.up_seconds or 0, run.seconds, ssh_fleet.hosts[0], first.seconds, full.seconds,
                  served.deploy_seconds))
