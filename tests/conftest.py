@@ -79,7 +79,9 @@ def work_unit(item) -> str:
 # 1,630 s run) is the suite's longest path, and the machine's 2 vCPUs were 23 % idle in that run: the other
 # workers finished early and waited on it. A worker running one of these units keeps the normal priority; the
 # others run at nice 5, and what they start (sandbox hosts, playbooks) inherits it, so the longest path gets
-# the CPU first and the rest fills the gaps. Only under xdist: a serial run has no one to yield to.
+# the CPU first and the rest fills the gaps. Only under xdist: a serial run has no one to yield to. Since then
+# (2026-12-07, 25 min 19 s) the three workers' test times average 1439 s of a 1519 s run: the suite is bound by its
+# total work, and a deeper nice would only move time between workers.
 CRITICAL_UNITS = ("served_host",)
 BACKGROUND_NICE = 5
 
