@@ -9,7 +9,9 @@ import fcntl
 import glob
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 
 import jinja2
@@ -28,19 +30,27 @@ PACKAGES = {"prometheus": "prometheus", "promtool": "prometheus",
 def binary(name: str) -> str:
     """Path of Debian's /usr/bin/NAME (prometheus, promtool or prometheus-blackbox-exporter), unpacked on first
     use from its package (the one the monitoring role installs)."""
-    path = os.path.join(ROOT, "usr", "bin", name)
-    if os.access(path, os.X_OK):
-        return path
     package = PACKAGES[name]
-    os.makedirs(os.path.dirname(ROOT), exist_ok=True)
+    root = os.path.join(ROOT, package)
+    path = os.path.join(root, "usr", "bin", name)
+    # The package is unpacked into a private directory and renamed into place whole: tar makes a binary
+    # executable before it has written it, and another xdist worker that exec'd it then got ETXTBSY.
+    if os.path.isdir(root):
+        return path
+    os.makedirs(ROOT, exist_ok=True)
     with open(ROOT + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.access(path, os.X_OK):
+        if not os.path.isdir(root):
             if not glob.glob(os.path.join(APT_REPO, package + "_*.deb")):
                 subprocess.run([os.path.join(REPO, "scripts", "local-apt-repo.sh"), package], check=True,
                                capture_output=True, timeout=600)
             deb = sorted(glob.glob(os.path.join(APT_REPO, package + "_*.deb")))[-1]
-            subprocess.run(["dpkg-deb", "-x", deb, ROOT], check=True, timeout=300)
+            unpacking = tempfile.mkdtemp(prefix=package + ".", dir=ROOT)
+            try:
+                subprocess.run(["dpkg-deb", "-x", deb, unpacking], check=True, timeout=300)
+                os.rename(unpacking, root)
+            finally:
+                shutil.rmtree(unpacking, ignore_errors=True)
     return path
 
 
