@@ -36,7 +36,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path[:0] = [REPO, os.path.join(REPO, "collections")]
+sys.path[:0] = [REPO, os.path.join(REPO, "tests", "support"), os.path.join(REPO, "collections")]
 
 from tests.fanout.netns_site import Site, result_of, verify_all  # noqa: E402
 

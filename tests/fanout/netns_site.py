@@ -28,6 +28,8 @@ import glob
 
 import jinja2
 
+import debroot
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NGINX_TEMPLATE = os.path.join(REPO, "roles", "weight_peer", "templates", "nginx.conf.j2")
 # The flat apt repository the sandbox hosts install Debian's packages from (scripts/local-apt-repo.sh),
@@ -58,17 +60,15 @@ def apt_repo():
 
 def nginx_binary():
     """Debian's nginx, unpacked from the local apt repository's packages (on first use)."""
-    binary = os.path.join(NGINX_ROOT, "usr", "sbin", "nginx")
-    if not os.access(binary, os.X_OK):
-        repo = apt_repo()
-        os.makedirs(NGINX_ROOT, exist_ok=True)
-        for package in NGINX_DEBS:
-            debs = sorted(glob.glob(os.path.join(repo, package + "_*.deb")))
-            if not debs:
-                raise RuntimeError("%s has no %s package: run scripts/local-apt-repo.sh %s"
-                                   % (repo, package, " ".join(APT_PACKAGES)))
-            sh("dpkg-deb", "-x", debs[-1], NGINX_ROOT, timeout=120)
-    return binary
+    repo = apt_repo()
+    debs = []
+    for package in NGINX_DEBS:
+        found = sorted(glob.glob(os.path.join(repo, package + "_*.deb")))
+        if not found:
+            raise RuntimeError("%s has no %s package: run scripts/local-apt-repo.sh %s"
+                               % (repo, package, " ".join(APT_PACKAGES)))
+        debs.append(found[-1])
+    return os.path.join(debroot.unpacked(NGINX_ROOT, debs), "usr", "sbin", "nginx")
 
 
 def render_nginx_conf(listen, models, state_dir, user="www-data"):

@@ -5,17 +5,16 @@ role's templates rendered as the role renders them (same variables, its defaults
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 
 import jinja2
 import yaml
+
+import debroot
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 APT_REPO = os.path.join(REPO, ".cache", "apt-repo")
@@ -31,27 +30,11 @@ def binary(name: str) -> str:
     """Path of Debian's /usr/bin/NAME (prometheus, promtool or prometheus-blackbox-exporter), unpacked on first
     use from its package (the one the monitoring role installs)."""
     package = PACKAGES[name]
-    root = os.path.join(ROOT, package)
-    path = os.path.join(root, "usr", "bin", name)
-    # The package is unpacked into a private directory and renamed into place whole: tar makes a binary
-    # executable before it has written it, and another xdist worker that exec'd it then got ETXTBSY.
-    if os.path.isdir(root):
-        return path
-    os.makedirs(ROOT, exist_ok=True)
-    with open(ROOT + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not os.path.isdir(root):
-            if not glob.glob(os.path.join(APT_REPO, package + "_*.deb")):
-                subprocess.run([os.path.join(REPO, "scripts", "local-apt-repo.sh"), package], check=True,
-                               capture_output=True, timeout=600)
-            deb = sorted(glob.glob(os.path.join(APT_REPO, package + "_*.deb")))[-1]
-            unpacking = tempfile.mkdtemp(prefix=package + ".", dir=ROOT)
-            try:
-                subprocess.run(["dpkg-deb", "-x", deb, unpacking], check=True, timeout=300)
-                os.rename(unpacking, root)
-            finally:
-                shutil.rmtree(unpacking, ignore_errors=True)
-    return path
+    if not glob.glob(os.path.join(APT_REPO, package + "_*.deb")):
+        subprocess.run([os.path.join(REPO, "scripts", "local-apt-repo.sh"), package], check=True,
+                       capture_output=True, timeout=600)
+    deb = sorted(glob.glob(os.path.join(APT_REPO, package + "_*.deb")))[-1]
+    return os.path.join(debroot.unpacked(os.path.join(ROOT, package), [deb]), "usr", "bin", name)
 
 
 def start_blackbox(config_dir, port: int, **over):

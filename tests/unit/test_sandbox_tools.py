@@ -268,3 +268,35 @@ def test_inotify_limits_raised_never_lowered(tmp_path):
     assert raised == ["max_user_instances 128 -> 8192"]
     assert (tmp_path / "max_user_instances").read_text() == "8192"
     assert (tmp_path / "max_user_watches").read_text().strip() == "999999999"
+
+
+def _tiny_deb(tmp_path, size=4 << 20):
+    """A real .deb whose one file is a SIZE-byte executable script (large enough that unpacking it is not instant)."""
+    tree = tmp_path / "pkg"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text("Package: ct200-tiny\nVersion: 1\nArchitecture: all\n"
+                                             "Maintainer: tests <t@example.invalid>\nDescription: tiny\n")
+    (tree / "usr" / "bin").mkdir(parents=True)
+    tool = tree / "usr" / "bin" / "tiny"
+    tool.write_text("#!/bin/sh\necho whole\n" + "#" * size + "\n")
+    tool.chmod(0o755)
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Znone", "--build", str(tree), str(tmp_path / "tiny.deb")],
+                   check=True, capture_output=True)
+    return str(tmp_path / "tiny.deb")
+
+
+def test_debroot_never_shows_a_half_unpacked_root(tmp_path):
+    """Six processes ask for the same fresh root at once (as xdist workers ask for promtool or nginx): each
+    runs the binary it is given, none sees ETXTBSY or a short file, and no private directory is left."""
+    deb = _tiny_deb(tmp_path)
+    root = tmp_path / "cache" / "tiny-root"
+    code = ("import subprocess, sys; sys.path.insert(0, %r); import debroot; "
+            "r = debroot.unpacked(%r, [%r]); "
+            "print(subprocess.run([r + '/usr/bin/tiny'], capture_output=True, text=True, check=True).stdout, end='')"
+            % (str(REPO / "tests" / "support"), str(root), deb))
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(6)]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0] * 6, outputs
+    assert [out for out, _ in outputs] == ["whole\n"] * 6
+    assert sorted(os.listdir(root.parent)) == ["tiny-root", "tiny-root.lock"]
