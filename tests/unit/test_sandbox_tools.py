@@ -295,8 +295,8 @@ def test_debroot_never_shows_a_half_unpacked_root(tmp_path):
             "print(subprocess.run([r + '/usr/bin/tiny'], capture_output=True, text=True, check=True).stdout, end='')"
             % (str(REPO / "tests" / "support"), str(root), deb))
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(6)]
+                              text=True) for attempt in range(6)]
     outputs = [proc.communicate(timeout=120) for proc in procs]
     assert [proc.returncode for proc in procs] == [0] * 6, outputs
-    assert [out for out, _ in outputs] == ["whole\n"] * 6
+    assert [stdout for stdout, stderr in outputs] == ["whole\n"] * 6, outputs
     assert sorted(os.listdir(root.parent)) == ["tiny-root", "tiny-root.lock"]
