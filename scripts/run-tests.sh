@@ -18,6 +18,16 @@ parallel=()
 if [ "$workers" != 0 ] && python -c 'import xdist' 2>/dev/null; then
   parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 fi
+# With the kernel's autogroup scheduling on, every session (each sshd session running a module on a fleet host,
+# each unit inside a sandbox host) gets as much CPU as all of pytest together, and tests/conftest.py's nice-based
+# priority for the longest chain counts only inside pytest's own session. Plain per-task weights for the run; the
+# machine's setting is put back on exit. Without the right to change it, the run goes on as it is.
+autogroup=/proc/sys/kernel/sched_autogroup_enabled
+autogroup_was=""
+if [ -w "$autogroup" ] && autogroup_was=$(cat "$autogroup") && [ "$autogroup_was" != 0 ]; then
+  echo 0 2>/dev/null > "$autogroup" || autogroup_was=""
+  trap 'echo "$autogroup_was" > "$autogroup"' EXIT
+fi
 # timeout signals the whole process group (the xdist workers too); its exit 124 is kept.
 timeout --kill-after=60 "${CT200_TEST_TIMEOUT:-4800}" \
   python -m pytest tests -p no:cacheprovider "${parallel[@]}" --durations=25 \

@@ -79,9 +79,10 @@ def work_unit(item) -> str:
 # 1,630 s run) is the suite's longest path, and the machine's 2 vCPUs were 23 % idle in that run: the other
 # workers finished early and waited on it. A worker running one of these units keeps the normal priority; the
 # others run at nice 5, and what they start (sandbox hosts, playbooks) inherits it, so the longest path gets
-# the CPU first and the rest fills the gaps. Only under xdist: a serial run has no one to yield to. Since then
-# (2026-12-07, 25 min 19 s) the three workers' test times average 1439 s of a 1519 s run: the suite is bound by its
-# total work, and a deeper nice would only move time between workers.
+# the CPU first and the rest fills the gaps. Only under xdist: a serial run has no one to yield to. Nice ranks
+# processes only within one autogroup (a session) while the kernel's autogroup scheduling is on: every sshd session
+# and every unit inside a sandbox host was its own group, weighted like all of pytest together, and the served
+# chain took 773 s for a tag walk that takes 259 s quiet. scripts/run-tests.sh turns autogroup off for the run.
 CRITICAL_UNITS = ("served_host",)
 BACKGROUND_NICE = 5
 
@@ -130,9 +131,15 @@ def pytest_xdist_make_scheduler(config, log):
             return self.units[nodeid]
 
         def _assign_work_unit(self, node):
-            # A worker keeps a few tests queued; after a heavy unit, give it a light one when there
-            # is one, so that two heavy units never wait behind each other while another worker idles.
-            if self._pending_of(self.assigned_work.get(node, {})):
+            # xdist tops a worker up while it still has 2 tests pending (a worker holds its last test until it
+            # gets more: pytest needs the next item). Behind a heavy unit, hand it a light one, so two heavy
+            # units never wait on one worker while another idles; behind light tests, the heaviest waiting unit
+            # (the queue is sorted by HEAVY_UNITS). The earlier rule gave a light unit to any worker with tests
+            # pending, which is every top-up: on 2026-12-07 sanity, both Molecule scenarios and the monitoring
+            # tests started in the last 5 minutes, and the run ended on one busy core for about 170 s.
+            pending_units = [unit for unit, tests in self.assigned_work.get(node, {}).items()
+                             if not all(tests.values())]
+            if any(unit in HEAVY_UNITS for unit in pending_units):
                 light = next((unit for unit in self.workqueue if unit not in HEAVY_UNITS), None)
                 if light is not None:
                     self.workqueue.move_to_end(light, last=False)
