@@ -2,6 +2,8 @@
 """Every module renders with ansible-doc, every role has argument_specs, and ansible-lint's
 production profile passes on the whole collection."""
 
+import functools
+import json
 import os
 import re
 import subprocess
@@ -31,12 +33,19 @@ def test_the_four_modules_exist():
     assert {"hf_token", "hf_gated_access", "hf_download", "sglang_service"} <= set(MODULES)
 
 
+@functools.lru_cache(maxsize=None)
+def module_docs():
+    """(rc, stderr, {name: doc}) of one `ansible-doc --json` for every module: one process, not one per module
+    (each start costs about a CPU second; the suite is bound by its CPU)."""
+    res = tool("ansible-doc", "--json", *("ct200.deploy." + module for module in MODULES))
+    return res.returncode, res.stderr, (json.loads(res.stdout) if res.returncode == 0 else {})
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_ansible_doc_renders_module(module):
-    res = tool("ansible-doc", "--json", "ct200.deploy." + module)
-    assert res.returncode == 0, res.stderr
-    import json
-    doc = json.loads(res.stdout)["ct200.deploy." + module]
+    returncode, stderr, docs = module_docs()
+    assert returncode == 0, stderr
+    doc = docs["ct200.deploy." + module]
     assert doc["doc"]["short_description"] and doc["examples"].strip() and doc["return"]
     for name, opt in doc["doc"]["options"].items():
         assert opt.get("description"), "%s: option %s has no description" % (module, name)
