@@ -90,6 +90,17 @@ class FleetSession:
     def ssh(self, host, cmd, input=None, timeout=30):
         return self.fleet.ssh(host, cmd, input=input, timeout=timeout)
 
+    def release_state(self, host) -> dict:
+        """HOST's releases/state.json ({} when it has none yet)."""
+        out = self.exec(host, f"cat {RELEASES}/state.json").stdout
+        return json.loads(out) if out.strip() else {}
+
+    def release_record(self, host, rid) -> dict:
+        """HOST's record of release RID (releases/RID.json), which must exist."""
+        res = self.exec(host, f"cat {RELEASES}/{rid}.json")
+        assert res.returncode == 0, (host, rid, res.stderr)
+        return json.loads(res.stdout)
+
     def stop_sshd(self, host):
         self.fleet.stop_sshd(host)
 
@@ -212,10 +223,10 @@ class ServedFleet:
     def read_deployed_releases(self) -> None:
         """Keep what /var/lib/ct200/releases holds on every host now: its state.json and current record."""
         for host in self.hosts:
-            state = json.loads(self.session.exec(host, f"cat {RELEASES}/state.json").stdout or "{}")
+            state = self.session.release_state(host)
             current = state.get("current")
-            record = self.session.exec(host, f"cat {RELEASES}/{current}.json").stdout if current else ""
-            self.deployed_releases[host] = {"state": state, "record": json.loads(record) if record else None}
+            record = self.session.release_record(host, current) if current else None
+            self.deployed_releases[host] = {"state": state, "record": record}
 
 
 SERVED_VARS = f"""---

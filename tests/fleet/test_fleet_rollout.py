@@ -38,7 +38,6 @@ ROLLOUT = REPO / "playbooks" / "rollout.yml"
 ROLLBACK = REPO / "playbooks" / "rollback.yml"
 STANDIN = REPO / "tests" / "support" / "sglang_standin" / "sglang_standin.py"
 DRAFTER = "z-lab/Kimi-K2.6-DFlash"
-RELEASES = "/var/lib/ct200/releases"
 UNIT = "sglang@kimi.service"
 UNIT_PATH = "/etc/systemd/system/" + UNIT
 PROFILE = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks"}
@@ -136,12 +135,11 @@ def wait_serving(served, host, timeout=120):
 
 
 def state(session, host) -> dict:
-    out = session.exec(host, "cat %s/state.json" % RELEASES).stdout
-    return json.loads(out) if out.strip() else {}
+    return session.release_state(host)
 
 
 def record(session, host, rid) -> dict:
-    return json.loads(sh(session, host, "cat %s/%s.json" % (RELEASES, rid)))
+    return session.release_record(host, rid)
 
 
 def started_at(session, host) -> str:
