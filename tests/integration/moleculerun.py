@@ -20,10 +20,15 @@ def run_scenario(scenario, env=None, timeout=900, command="test"):
     proc = subprocess.run(["molecule", command, "-s", scenario], cwd=REPO, env=full, capture_output=True,
                           text=True, timeout=timeout, check=False)
     out = proc.stdout + proc.stderr
-    logs = os.environ.get("CT200_DEPLOY_LOGS")  # as test_deploy_preflight.deploy: keep each step's output
+    keep_output("molecule-%s-%s" % (scenario, command), out)
+    return proc.returncode, out
+
+
+def keep_output(label, text):
+    """TEXT kept as <time>-LABEL.log under $CT200_DEPLOY_LOGS when it is set: every playbook and Molecule step
+    of the integration tests, with per-task times when profile_tasks is enabled."""
+    logs = os.environ.get("CT200_DEPLOY_LOGS")
     if logs:
         os.makedirs(logs, exist_ok=True)
-        with open(os.path.join(logs, "%.3f-molecule-%s-%s.log" % (time.time(), scenario, command)), "w",
-                  encoding="utf-8") as handle:
-            handle.write(out)
-    return proc.returncode, out
+        with open(os.path.join(logs, "%.3f-%s.log" % (time.time(), label)), "w", encoding="utf-8") as handle:
+            handle.write(text)

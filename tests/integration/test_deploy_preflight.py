@@ -9,13 +9,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import sandbox_up
 
 from localhub.personas import token_for
+from moleculerun import keep_output
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -85,12 +85,7 @@ def deploy(state, hub, tmp_path, *extra, playbook="deploy_kimi.yml"):
                            "-e", "ct200_preflight_json=%s" % (tmp_path / "preflight.json"), *extra],
                           cwd=REPO, env=sandbox_env(state, hub, tmp_path), capture_output=True, text=True,
                           timeout=1200, check=False)
-    logs = os.environ.get("CT200_DEPLOY_LOGS")  # where to keep each run's output (with per-task times)
-    if logs:
-        os.makedirs(logs, exist_ok=True)
-        name = "%.3f-%s.log" % (time.time(), "_".join(a for a in extra if not a.startswith("-"))[:80])
-        with open(os.path.join(logs, name), "w", encoding="utf-8") as handle:
-            handle.write(proc.stdout + proc.stderr)
+    keep_output("_".join(a for a in extra if not a.startswith("-"))[:80], proc.stdout + proc.stderr)
     return proc.returncode, proc.stdout + proc.stderr
 
 
