@@ -28,7 +28,8 @@ PRIVATE to the ct200.deploy collection.
 * **Bytes** move through the same engine as a Hub download (``hf_transfer_engine.Engine``):
   resumable part files under ``.ct200/tmp``, stall watchdog, hash while writing, rename after
   verification, manifest record.  One file per engine run, so each file can have its own source;
-  ``parallel_files`` runs overlap (in path order), so per-file round trips do not add up, but
+  ``parallel_files`` runs overlap (in fetch order: files stored in git first, then LFS files, each in
+  path order; ``hf_transfer_plan.fetch_order``), so per-file round trips do not add up, but
   the next file starts only when those in flight are almost done: files complete one after another
   and a child's own children can start each early (the seed's engine orders its work the same way).
 """
@@ -356,7 +357,7 @@ def wait_for(probe, base, path, size, wait, stall, poll, clock=time.monotonic, s
 
     ``HEAD`` after ``poll`` seconds, then less often the longer the wait (up to 0.25 s): a file
     a worker waits for out of order is rarely the next to appear, and every request costs the
-    peer CPU.  ``in_order`` (the host's poller, which waits for the next file in path order: the
+    peer CPU.  ``in_order`` (the host's poller, which waits for the next file in fetch order: the
     one its source completes next) keeps polling every ``poll`` seconds while the source's
     progress moves; the backed-off poll added ~0.12 s to every hop.  A source that publishes no
     progress yet (a seed still starting) or stands still is polled backed off.  The progress
@@ -507,7 +508,7 @@ class SharedManifest(object):
 
 
 class Fetcher(object):
-    """Fetch the listed files of one repository into ``local_dir`` from ``sources``, in path order."""
+    """Fetch the listed files of one repository into ``local_dir`` from ``sources``, in fetch order."""
 
     def __init__(self, local_dir, repo_id, commit, files, sources, repo_type="model", peer_wait=3600.0,
                  peer_stall=60.0, poll=0.2, stall_timeout=60.0, max_workers=8, source_attempts=2, parallel_files=4,
@@ -707,7 +708,7 @@ class Fetcher(object):
         manifest.save()
         self.write_progress("running")
         try:
-            self._fetch_all(sorted(plan.to_fetch, key=lambda f: f.path), SharedManifest(manifest), engine_mod)
+            self._fetch_all(plan.to_fetch, SharedManifest(manifest), engine_mod)  # fetch order
         except BaseException as exc:
             manifest.save()
             code = getattr(exc, "code", None) or "internal_error"
@@ -742,7 +743,7 @@ class Fetcher(object):
         }
 
     def _fetch_all(self, files, manifest, engine_mod):
-        """Files in path order, ``parallel_files`` at a time at most, the next one only when those in
+        """Files in fetch order, ``parallel_files`` at a time at most, the next one only when those in
         flight are almost done (``OVERLAP_BYTES``); the first failure stops the rest.
 
         One poller per host: this thread waits until the first source that is worth waiting for

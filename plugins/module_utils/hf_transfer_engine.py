@@ -11,7 +11,7 @@ Model:
   described by ``<key>.state`` (JSON: path, oid, size and the byte segments
   with how far each got).  The state is persisted every ~2 s and on exit, so a
   SIGKILLed run resumes every partial file by Range where it stopped;
-* files are fetched in the order given (path order, the order the site fan-out's
+* files are fetched in the order given (``hf_transfer_plan.fetch_order``, the order the site fan-out's
   children ask for them), each cut into up to ``PIECES_PER_WORKER x max_workers``
   equal byte ranges of at least ``split_min`` bytes, queued file after file: the workers share the first
   file(s), so files complete one after another from the start instead of all

@@ -49,6 +49,15 @@ class PlanFile(object):
         return data
 
 
+def fetch_order(files):
+    """``files`` (PlanFile) in the order a site fetches them, the seed and every peer alike: the files
+    stored in git (configs, the safetensors index, tokenizer settings) first, then the LFS files, each in
+    path order.  Path order alone put ``model.safetensors.index.json`` after the last shard, so every
+    peer took it only after its slowest file (the fan-out's longest hop, 0.8 s on the benchmark); the
+    small files cost one round trip each and the last file is then the last weight."""
+    return sorted(files, key=lambda pf: (bool(pf.lfs), pf.path))
+
+
 class Plan(object):
     def __init__(self, commit, files, unmatched):
         self.commit = commit
@@ -63,7 +72,7 @@ class Plan(object):
 
     @property
     def to_fetch(self):
-        return self.by_action("fetch")
+        return fetch_order(self.by_action("fetch"))
 
     @property
     def to_link(self):

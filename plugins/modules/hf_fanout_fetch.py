@@ -18,7 +18,9 @@ description:
     C(1..seed_fanout)), every other host O(fanout), host C(i > seed_fanout) has parent
     C((i-seed_fanout-1)//fanout+1); O(fanout=1) is a chain (10 GbE), 2 a binary tree (25 GbE), more for faster
     links.
-  - B(Sources per file), in path order, are the parent (waited for while it makes progress, so a child starts a file
+  - B(Files) are taken in the order the seed fetches them, the files stored in git (configs, the index,
+    tokenizer settings) first, then the LFS files, each in path order.
+  - B(Sources per file), in this order, are the parent (waited for while it makes progress, so a child starts a file
     as soon as its parent has verified it), any other peer that has the file, the seed (waited for), and the Hub
     when O(use_hub) is true. A source that refuses connections is dropped for the run; one whose bytes do not
     hash to the listed oid is dropped for that file (it costs that file once).
@@ -26,7 +28,7 @@ description:
     only once that sibling has it (while the sibling's progress moves; one that is down or stands still for 3 s is
     not waited for again). Two copies side by side share the parent's uplink and both end after two copies' time,
     one after the other the first ends after one and its own children start earlier.
-  - B(The last file by doubling.) The last file of at least 1 MiB in path order does not follow the tree. Once
+  - B(The last file by doubling.) The last file of at least 1 MiB in that order does not follow the tree. Once
     the seed has it nothing else is in flight, so every host that has it sends it on (host C(i) takes it from
     C(i) less its highest bit, one sender's receivers one after another), and the hosts that have it double with each
     copy's time, and it reaches a site of N hosts after log2(N) copies instead of one per edge of the tree's
@@ -141,7 +143,7 @@ options:
     default: 8
   parallel_files:
     description:
-      - O(mode=fetch). Files in flight at once at most (taken in path order), so the per-file round trips of the
+      - O(mode=fetch). Files in flight at once at most (taken in that order), so the per-file round trips of the
         pipeline overlap. The next file starts only when those in flight have less than 1 MiB left, so files
         complete one after another and this host's children can take each early.
     type: int

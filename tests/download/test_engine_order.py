@@ -188,3 +188,20 @@ def test_file_times_record_first_byte_and_rename(tmp_path, paced_server):
     _engine, stats, _manifest = _run(tmp_path, pfs, workers=2)
     (a_first, a_done), (b_first, b_done) = (stats.file_times[pf.path] for pf in pfs)
     assert a_first < a_done <= b_done and a_first <= b_first < b_done
+
+
+def test_a_plan_fetches_the_files_stored_in_git_first_then_the_lfs_files_in_path_order():
+    from ansible_collections.ct200.deploy.plugins.module_utils import hf_transfer_plan
+
+    lfs = {"sha256": "0" * 64, "size": 4}
+    entries = [("model-00002-of-00002.safetensors", lfs), ("config.json", None),
+               ("model.safetensors.index.json", None), ("model-00001-of-00002.safetensors", lfs),
+               ("tiktoken.model", lfs), ("tokenizer_config.json", None)]
+    plan = hf_transfer_plan.Plan("c" * 40, [], [])
+    for path, entry in entries:
+        pf = hf_transfer_plan.PlanFile(path, 4, "0" * 40, entry)
+        pf.action = "fetch"
+        plan.files.append(pf)
+    assert [pf.path for pf in plan.to_fetch] == [
+        "config.json", "model.safetensors.index.json", "tokenizer_config.json",
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "tiktoken.model"]

@@ -238,3 +238,20 @@ def test_the_final_file_skips_a_sender_the_tree_already_found_down(tmp_path, par
     result = fetcher.run()
     assert result["files_fetched"] == 2 and other_peer.served == []
     assert set(seen["source"] for seen in result["file_times"].values()) == {"h1"}
+
+
+def test_a_peer_takes_the_files_stored_in_git_first_then_the_weights_in_path_order(tmp_path, parent):
+    """The seed fetches in the same order (hf_transfer_plan.fetch_order), so the index, which sorts after the
+    last shard by path, is not the file every host takes last (the benchmark's longest hop, 0.8 s)."""
+    listing = _listing(parent, 3)
+    for path in ("model.safetensors.index.json", "config.json"):
+        parent.files[path] = b'{"n": "%s"}' % path.encode()
+        listing[path] = {"size": len(parent.files[path]), "oid": fanout_blob_sha1(parent.files[path]), "lfs": False}
+    source = fanout.Source("parent", "h1", parent.base, wait=True)
+    fetcher = fanout.Fetcher(str(tmp_path), "fo/site", "c" * 40, listing, [source], poll=0.01, peer_stall=10,
+                             stall_timeout=10)
+    result = fetcher.run()
+    assert result["files_fetched"] == 5
+    asked = [path for path, _b, _e in parent.spans(5)]
+    assert asked[:2] == ["config.json", "model.safetensors.index.json"], asked
+    assert asked[2:] == ["model-%05d-of-00003.safetensors" % i for i in (1, 2, 3)], asked
