@@ -23,6 +23,7 @@ import pytest
 
 from localhub.personas import token_for
 
+from moleculerun import keep_output
 from test_deploy_preflight import sandbox_env
 
 pytestmark = pytest.mark.slow
@@ -38,6 +39,7 @@ def deploy(state, hub, tmp_path, *extra):
                           cwd=REPO, env=sandbox_env(state, hub, tmp_path), capture_output=True, text=True,
                           timeout=1200, check=False)
     out = proc.stdout + proc.stderr
+    keep_output("hub_calls", out)
     assert token_for("granted") not in out
     return proc.returncode, out, (json.loads(report.read_text()) if report.exists() else None)
 
