@@ -14,7 +14,9 @@ The repository is small random shards so the 2 CPUs are not the limit.  In ONE r
 ``--quick`` runs single and fanout 3 times, alternating (each ratio under the same load), and
 reports the median ratio with the three values and the load averages.  ``hop_lag_s``: seconds
 from a source's rename of a file (the file's ctime) to the first byte of it at the host that took
-it from there (``file_times`` of hf_fanout_fetch).  ``--shape kimi``: 64 shards on 8 workers.
+it from there (``file_times`` of hf_fanout_fetch); ``hop_lag_by_turn_s`` splits it into the first
+host to take each file from each source (the pipelining) and the later ones (they waited for their
+sender's earlier copies, by design).  ``--shape kimi``: 64 shards on 8 workers.
 
 Hub bytes come from the Hub's own counters (``/_admin/stats``: bytes the CDN and resolve
 endpoints sent).  Every file on every host is hashed against the Hub's oid after each run.
@@ -87,17 +89,29 @@ def renamed_at(site, host, files):
     return times
 
 
-def hop_lags(site, files, results):
-    """Seconds from a source's rename of a file to the first byte of it at the host that took it
-    from there, for every (host, file) a peer delivered; and the stats of them."""
+def hop_takes(site, files, results):
+    """(lag, source, path) for every (host, file) a peer delivered: seconds from the source's rename of
+    the file to the first byte of it at the host that took it from there."""
     renamed = dict((host, renamed_at(site, host, files)) for host in results)
-    lags = []
+    takes = []
     for host, res in sorted(results.items()):
         for path, seen in sorted((res.get("file_times") or {}).items()):
             source = seen.get("source")
             if source in renamed and path in renamed[source] and seen.get("first_byte") is not None:
-                lags.append(round(seen["first_byte"] - renamed[source][path], 4))
-    return lags
+                takes.append((round(seen["first_byte"] - renamed[source][path], 4), source, path))
+    return takes
+
+
+def lags_by_turn(takes):
+    """{"first": lags of the first host to take each file from each source, "later": the others}.  A
+    first taker measures the pipelining (a file waited for no wave); a later one waited, by design, for
+    the copies its sender made before it (an earlier sibling's, the final file's earlier receivers')."""
+    turns = {"first": [], "later": []}
+    seen = set()
+    for lag, source, path in sorted(takes):
+        turns["later" if (source, path) in seen else "first"].append(lag)
+        seen.add((source, path))
+    return turns
 
 
 def timeline_of(site, files, results, t0_wall):
@@ -186,7 +200,9 @@ def run_case(site, commit, files, case, fanout, hosts, poll, seed_fanout, seed_o
     fetch_t0 = finished[seed] - float(timings.get("fetch") or 0) - float(timings.get("finish") or 0)
     fetch_wall = max(finished.values()) - (fetch_t0 if timings else t0)
     hub_bytes = site.hub_bytes()
-    lags = hop_lags(site, files, results)
+    takes = hop_takes(site, files, results)
+    lags = [lag for lag, _source, _path in takes]
+    turns = lags_by_turn(takes)
     timeline = timeline_of(site, files, results, t0 + (time.time() - time.monotonic()))
     bad = verify_all(site, active, files)
     failed = {h: r.get("msg") for h, r in results.items() if r.get("failed")}
@@ -196,6 +212,7 @@ def run_case(site, commit, files, case, fanout, hosts, poll, seed_fanout, seed_o
             "per_host_seconds": dict((h, round(t - started, 3)) for h, t in sorted(finished.items())),
             "per_host_cpu_seconds": dict(sorted(cpu.items())), "load_after": os.getloadavg()[0],
             "load_before": list(load_before), "hop_lag_s": lag_stats(lags), "hop_lags": lags,
+            "hop_lag_turns": turns, "hop_lag_by_turn_s": dict((k, lag_stats(v)) for k, v in turns.items()),
             "timeline": timeline,
             "seed_done_to_last_host_s": round(max(finished.values()) - finished[seed], 3),
             "seed_seconds": results[seed].get("seconds"), "seed_timings": results[seed].get("timings"),
@@ -296,6 +313,8 @@ def figures_of(cases, runs):
         "fetch_8_over_1_runs": [r["fetch_ratio"] for r in runs],
         "load_avg_runs": [r["fanout"]["load_before"] for r in runs],
         "hop_lag_s": lag_stats(lags),
+        "hop_lag_by_turn_s": dict((turn, lag_stats([lag for r in runs for lag in r["fanout"]["hop_lag_turns"][turn]]))
+                                  for turn in ("first", "later")),
         "seed_done_to_last_host_s": [r["fanout"]["seed_done_to_last_host_s"] for r in runs],
         "all_verified": all(c["verified"] for c in cases.values()) and all(
             r[k]["verified"] for r in runs for k in ("single", "fanout")),
@@ -380,6 +399,8 @@ def report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start):
     print("  from the seed's fetch start:     %.3f   (median of %s)" % (
         figures["fetch_8_over_1"], figures["fetch_8_over_1_runs"]))
     print("hop lag (rename -> first byte):  %s" % figures["hop_lag_s"])
+    print("  first taker of a file / later:   %s / %s" % (figures["hop_lag_by_turn_s"]["first"],
+                                                        figures["hop_lag_by_turn_s"]["later"]))
     print("control star (k=%d):              %s" % (args.hosts - 1, figures["star_8_over_1"]))
     print("control independent:              %s" % figures["independent_8_over_1"])
     print("all verified:                     %s" % figures["all_verified"])
@@ -389,7 +410,7 @@ def report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start):
     print("load average: start %s, end %s" % (load_at_start, os.getloadavg()))
     if args.json:
         runs_doc = [dict(ratio=r["ratio"], fetch_ratio=r["fetch_ratio"], **dict((k, dict((f, r[k][f]) for f in (
-            "wall", "fetch_wall", "process_wall", "seed_timings", "per_host_seconds", "hop_lag_s", "load_before", "seed_done_to_last_host_s",
+            "wall", "fetch_wall", "process_wall", "seed_timings", "per_host_seconds", "hop_lag_s", "hop_lag_by_turn_s", "load_before", "seed_done_to_last_host_s",
             "verified"))) for k in ("single", "fanout"))) for r in runs]
         doc = dict(figures, config={"hosts": args.hosts, "fanout": args.fanout, "seed_fanout": args.seed_fanout,
                                     "hub_rate": args.hub_rate, "hub_queue_ms": args.hub_queue_ms, "shape": args.shape, "seed_options": seed_opts,
