@@ -399,8 +399,8 @@ def report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start):
     print("  from the seed's fetch start:     %.3f   (median of %s)" % (
         figures["fetch_8_over_1"], figures["fetch_8_over_1_runs"]))
     print("hop lag (rename -> first byte):  %s" % figures["hop_lag_s"])
-    print("  first taker of a file / later:   %s / %s" % (figures["hop_lag_by_turn_s"]["first"],
-                                                        figures["hop_lag_by_turn_s"]["later"]))
+    turns = figures["hop_lag_by_turn_s"]
+    print("  first taker of a file / later:   %s / %s" % (turns["first"], turns["later"]))
     print("control star (k=%d):              %s" % (args.hosts - 1, figures["star_8_over_1"]))
     print("control independent:              %s" % figures["independent_8_over_1"])
     print("all verified:                     %s" % figures["all_verified"])
@@ -410,8 +410,8 @@ def report(args, cases, runs, seed_opts, repo_bytes, started, load_at_start):
     print("load average: start %s, end %s" % (load_at_start, os.getloadavg()))
     if args.json:
         runs_doc = [dict(ratio=r["ratio"], fetch_ratio=r["fetch_ratio"], **dict((k, dict((f, r[k][f]) for f in (
-            "wall", "fetch_wall", "process_wall", "seed_timings", "per_host_seconds", "hop_lag_s", "hop_lag_by_turn_s", "load_before", "seed_done_to_last_host_s",
-            "verified"))) for k in ("single", "fanout"))) for r in runs]
+            "wall", "fetch_wall", "process_wall", "seed_timings", "per_host_seconds", "hop_lag_s", "hop_lag_by_turn_s",
+            "load_before", "seed_done_to_last_host_s", "verified"))) for k in ("single", "fanout"))) for r in runs]
         doc = dict(figures, config={"hosts": args.hosts, "fanout": args.fanout, "seed_fanout": args.seed_fanout,
                                     "hub_rate": args.hub_rate, "hub_queue_ms": args.hub_queue_ms, "shape": args.shape, "seed_options": seed_opts,
                                     "host_rate": args.host_rate, "shards": args.shards, "repo_bytes": repo_bytes,

@@ -129,8 +129,9 @@ options:
   min_split_size:
     description:
       - Files are fetched in order (the files stored in git first, then the LFS files, each in path order),
-        each as up to O(max_workers) parallel byte ranges of at least this size, queued file after file, so files complete one after another (the site fan-out's children can
-        take each as soon as it is verified). Near the end an idle connection also takes over half of a range
+        each as up to O(max_workers) parallel byte ranges of at least this size, queued file after file, so
+        files complete one after another (the site fan-out's children can take each as soon as it is
+        verified). Near the end an idle connection also takes over half of a range
         that has at least twice this much left (like aria2's C(--min-split-size)). Bytes or C(64MiB); at least
         64 KiB.
     type: raw
