@@ -134,14 +134,6 @@ def wait_serving(served, host, timeout=120):
     raise AssertionError("%s does not serve after %ss" % (host, timeout))
 
 
-def state(session, host) -> dict:
-    return session.release_state(host)
-
-
-def record(session, host, rid) -> dict:
-    return session.release_record(host, rid)
-
-
 def started_at(session, host) -> str:
     """When the unit's main process started (a restart changes it)."""
     return sh(session, host, "systemctl show -p ExecMainStartTimestampMonotonic --value %s" % UNIT).strip()
@@ -149,7 +141,7 @@ def started_at(session, host) -> str:
 
 def snapshot(served) -> dict:
     s = served.session
-    return {h: {"state": state(s, h), "started": started_at(s, h), "unit": sh(s, h, "cat %s" % UNIT_PATH)}
+    return {h: {"state": s.release_state(h), "started": started_at(s, h), "unit": sh(s, h, "cat %s" % UNIT_PATH)}
             for h in served.hosts}
 
 
@@ -223,7 +215,7 @@ def test_clean_drafter_rollout_survives_a_killed_controller_and_converges(served
             break
     proc.wait(60)
     assert killed, "".join(lines)[-5000:]
-    adopted = {h: state(s, h) for h in served.hosts}  # the first play recorded what every host served
+    adopted = {h: s.release_state(h) for h in served.hosts}  # the first play recorded what every host served
     assert all(st.get("current") and st.get("previous") is None for st in adopted.values()), adopted
     assert all(sh(s, h, "cat %s" % UNIT_PATH) == before[h]["unit"] for h in served.hosts[1:]), "only the canary"
 
@@ -236,8 +228,8 @@ def test_clean_drafter_rollout_survives_a_killed_controller_and_converges(served
     for host in served.hosts:
         st = after[host]["state"]
         assert st["previous"] == adopted[host]["current"] and st["current"] != st["previous"], st
-        old = record(s, host, st["previous"])
-        rec = record(s, host, st["current"])  # ids differ per host: each host's unit has its own port and GPUs
+        old = s.release_record(host, st["previous"])
+        rec = s.release_record(host, st["current"])  # ids differ per host: each host's unit has its own port and GPUs
         assert rec["drafter"]["commit"] == good and old["drafter"]["commit"] != good, (rec, old)
         assert rec["target"]["commit"] == old["target"]["commit"] and rec["sglang_version"] == old["sglang_version"]
         assert rec["measured"]["decode_tok_s"] > 30 and rec["measured"]["accept_length"] == 3.5, rec
@@ -323,7 +315,7 @@ def test_rollback_of_one_host_returns_it_to_its_previous_release(served, tmp_pat
     after = snapshot(served)
     old = before[host]["state"]
     assert after[host]["state"] == dict(old, current=old["previous"], previous=old["current"])
-    assert after[host]["unit"] == record(s, host, old["previous"])["units"][UNIT_PATH]
+    assert after[host]["unit"] == s.release_record(host, old["previous"])["units"][UNIT_PATH]
     assert after[host]["started"] != before[host]["started"] and health(s, host) == 200
     for other in served.hosts[1:]:
         assert after[other] == before[other]
@@ -338,8 +330,8 @@ def test_garbage_collection_keeps_current_and_previous(served):
     run = served.run_playbook(ROLLOUT, extra=serial_extra())
     assert run.rc == 0, run.out[-6000:]
     for host in served.hosts:
-        st = state(s, host)
-        kept = {record(s, host, st[k])["drafter"]["dir"] for k in ("current", "previous")}
+        st = s.release_state(host)
+        kept = {s.release_record(host, st[k])["drafter"]["dir"] for k in ("current", "previous")}
         snaps = set(sh(s, host, "ls -d /models/%s/snapshots/*/ 2>/dev/null || true" % DRAFTER).split())
         assert {p.rstrip("/") for p in snaps} == kept, (host, snaps, kept)
 
@@ -363,7 +355,7 @@ def test_an_sglang_version_rollout_then_a_fleet_rollback(served, tmp_path):
     new = {"ct200_sglang_version": version, "sglang_runtime_wheelhouse": wheelhouse,
            "sglang_runtime_requirements": wheelhouse + "/requirements.txt"}
     before = snapshot(served)
-    old_versions = {h: record(s, h, before[h]["state"]["current"])["sglang_version"] for h in served.hosts}
+    old_versions = {h: s.release_record(h, before[h]["state"]["current"])["sglang_version"] for h in served.hosts}
     assert len(set(old_versions.values())) == 1 and version not in old_versions.values(), old_versions
     # the hosts share one venv per version (served_fleet): the first host installs it, so eight do not at once
     first = served.fleet.deploy(limit=host0, args=("--tags", "sglang_runtime", "-e", json.dumps(new)))
@@ -376,7 +368,7 @@ def test_an_sglang_version_rollout_then_a_fleet_rollback(served, tmp_path):
     after = snapshot(served)
     for host in served.hosts:
         st = after[host]["state"]
-        rec, old = record(s, host, st["current"]), record(s, host, st["previous"])
+        rec, old = s.release_record(host, st["current"]), s.release_record(host, st["previous"])
         assert st["previous"] == before[host]["state"]["current"], st
         assert rec["sglang_version"] == version and rec["venv"] == new_venv, rec
         assert old["venv"] != new_venv and sh(s, host, "test -x %s/bin/python && echo kept" % old["venv"]).strip() == "kept"
