@@ -32,7 +32,10 @@ HOST_PREREQS=(mmdebstrap systemd-container iproute2 util-linux ca-certificates)
 MMDEBSTRAP_TIMEOUT=${CT200_SANDBOX_BUILD_TIMEOUT:-600}
 APT_TIMEOUT=300
 # Bump when the customisation below changes (forces a rebuild).
-CUSTOMIZE_VERSION=3
+CUSTOMIZE_VERSION=4
+# Files the tree gets from here (install-zipcache.sh): their content is part of the stamp too.
+HERE=$(cd "$(dirname "$0")" && pwd)
+ZIPCACHE_FILES=("$HERE/install-zipcache.sh" "$HERE/ct200_sandbox_zipcache.py")
 
 log() { printf 'build-rootfs: %s\n' "$*" >&2; }
 die() { printf 'build-rootfs: ERROR: %s\n' "$*" >&2; exit "${2:-1}"; }
@@ -134,8 +137,8 @@ fi
 [[ -n "$MIRRORS" ]] || die "no '$SUITE' deb sources found in /etc/apt; set CT200_SANDBOX_MIRRORS='deb http://deb.debian.org/debian $SUITE main'" 2
 mapfile -t MIRROR_ARGS <<<"$MIRRORS"
 
-WANT_STAMP=$(printf '%s\n' "suite=$SUITE" "customize=$CUSTOMIZE_VERSION" \
-  "packages=${PACKAGES[*]}" "$MIRRORS" | sha256sum | cut -d' ' -f1)
+WANT_STAMP=$( (printf '%s\n' "suite=$SUITE" "customize=$CUSTOMIZE_VERSION" \
+  "packages=${PACKAGES[*]}" "$MIRRORS"; cat "${ZIPCACHE_FILES[@]}") | sha256sum | cut -d' ' -f1)
 
 mkdir -p "$(dirname "$ROOTFS")"
 exec 9>"$LOCK"
@@ -192,6 +195,7 @@ timeout "$MMDEBSTRAP_TIMEOUT" mmdebstrap \
   --customize-hook='mkdir -p "$1/srv/wheelhouse"' \
   --customize-hook='chroot "$1" systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true' \
   --customize-hook='rm -f "$1"/etc/ssh/ssh_host_*' \
+  --customize-hook="'$HERE/install-zipcache.sh' \"\$1\"" \
   --customize-hook='printf "%s\n" "# ct200 sandbox: per-host key from sandbox.sh --netns (bind-mounted)" "HostKey /etc/ssh/ssh_host_ed25519_key" "PasswordAuthentication no" "KbdInteractiveAuthentication no" "PermitRootLogin prohibit-password" > "$1/etc/ssh/sshd_config.d/ct200-sandbox.conf"' \
   "$SUITE" "$TMP" "${MIRROR_ARGS[@]}" \
   || die "mmdebstrap failed or timed out after ${MMDEBSTRAP_TIMEOUT}s (see output above)"
