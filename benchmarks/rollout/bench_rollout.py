@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         verified.append(run.rc == 0)
         after = t.snapshot(served)
         for host in hosts:
-            rec = t.record(session, host, after[host]["state"]["current"])
+            rec = session.release_record(host, after[host]["state"]["current"])
             verified.append(rec["drafter"]["commit"] == good and rec["measured"]["decode_tok_s"] is not None)
 
         # a bad release: caught at the canary
