@@ -54,7 +54,7 @@ def _load(path, pathname):
 
 
 def _store(path, code):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
+    tmp = "%s.%d.%x.tmp" % (path, os.getpid(), id(code))  # one per writer, threads of one process included
     try:
         if not _own_directory(os.path.dirname(path)):
             return
