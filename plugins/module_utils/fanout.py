@@ -575,6 +575,7 @@ class Fetcher(object):
                 by_kind[source.kind] += engine.stats.bytes_fetched
         total = plan.bytes_total if plan else 0
         present = plan.bytes_present if plan else 0
+        to_fetch = len(plan.by_action("fetch")) if plan else 0  # a count, written every progress tick: no sort
         elapsed = max(self.clock() - self.started, 1e-6)
         return {
             "pid": os.getpid(), "state": state, "repo_id": self.repo_id, "revision": self.commit,
@@ -582,8 +583,8 @@ class Fetcher(object):
             "bytes_done": min(total, present + self.done_bytes + current),
             "bytes_to_fetch": plan.bytes_to_fetch if plan else 0, "bytes_fetched": fetched,
             "files_total": len(plan.files) if plan else 0,
-            "files_done": (len(plan.files) - len(plan.to_fetch) + self.done_files) if plan else 0,
-            "files_to_fetch": len(plan.to_fetch) if plan else 0,
+            "files_done": (len(plan.files) - to_fetch + self.done_files) if plan else 0,
+            "files_to_fetch": to_fetch,
             "rate": round(fetched / elapsed, 1), "eta_seconds": None, "elapsed": round(elapsed, 1),
             "retries": len(self.fallbacks), "updated": time.time(), "error": error,
             "sources": dict(self.by_source), "upstream": self.upstream,

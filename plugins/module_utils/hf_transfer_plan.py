@@ -72,6 +72,8 @@ class Plan(object):
 
     @property
     def to_fetch(self):
+        """The files to fetch in fetch order (sorted on each access: an action may change after the plan is
+        made, e.g. a reuse turns a fetch into a link; the sums below need no order and do not sort)."""
         return fetch_order(self.by_action("fetch"))
 
     @property
@@ -88,11 +90,11 @@ class Plan(object):
 
     @property
     def bytes_to_fetch(self):
-        return sum(f.size - f.partial for f in self.to_fetch)
+        return sum(f.size - f.partial for f in self.by_action("fetch"))
 
     @property
     def bytes_partial(self):
-        return sum(f.partial for f in self.to_fetch)
+        return sum(f.partial for f in self.by_action("fetch"))
 
     @property
     def bytes_present(self):
@@ -100,7 +102,7 @@ class Plan(object):
 
     @property
     def disk_needed(self):
-        return sum(max(0, f.size - f.partial - f.existing) for f in self.to_fetch)
+        return sum(max(0, f.size - f.partial - f.existing) for f in self.by_action("fetch"))
 
 
 HANDED_LISTING = "the listing handed to hf_download (listing option)"
