@@ -25,6 +25,8 @@ local Hub in one of its own), one full deploy_kimi.yml (not timed), then in ONE 
 Where ``total_s`` goes (the goal is 10 minutes for the whole command): ``fleet_up_s``, ``deploy_s``,
 ``rollout_1_s``, ``rollout_8_s``, ``bad_release_s``, ``rollback_seconds``, ``teardown_s`` and
 ``revision_bump_local_s``; what they leave is the checks between the phases.
+``machine_busy_cpu_s`` (and ``machine_busy_cores``, over ``total_s``): every process's CPU from /proc/stat,
+the sandbox hosts' included, which ``time`` does not see (tests/support/machine_cpu.py).
 
 Ratios only, nothing fails on time. ``--quick`` is this sequence once.
 """
@@ -44,6 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "support"), str(REPO / "tests" / "fleet"), str(REPO / "collections")]
 
 import netlab  # noqa: E402
+from machine_cpu import MachineCpu  # noqa: E402
 from conftest import (APT_REPO, FLEET_SIZE, PREFIX, ROOTFS, SERVED_VARS, SGLANG_WHEELHOUSE, SHARED,  # noqa: E402
                       SHARED_MOUNT, STATE, WHEELHOUSE, FleetSession, ServedFleet, start_hub_in_namespace)
 from localhub.personas import token_for  # noqa: E402
@@ -93,6 +96,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     out: dict = {"hosts": FLEET_SIZE, "quick": bool(args.quick)}
     t_start = time.monotonic()
+    cpu = MachineCpu()
     binds = (f"{WHEELHOUSE}:/srv/wheelhouse:ro",) if WHEELHOUSE.is_dir() else ()
     binds += (f"{SGLANG_WHEELHOUSE}:/srv/sglang-wheelhouse:ro",) if SGLANG_WHEELHOUSE.is_dir() else ()
     binds += (f"{APT_REPO}:/srv/apt-repo:ro",) if APT_REPO.is_dir() else ()
@@ -194,6 +198,9 @@ def main(argv=None) -> int:
     out["all_verified"] = bool(verified) and all(verified)
     out["checks"] = verified
     out["total_s"] = round(time.monotonic() - t_start, 1)
+    # the sandbox hosts' processes are outside this process tree: the machine's count, not getrusage's
+    out.update(cpu.since())
+    out["machine_busy_cores"] = round(out["machine_busy_cpu_s"] / out["total_s"], 2) if out["total_s"] else None
     text = json.dumps(out, indent=2, sort_keys=True)
     print(text)
     if args.json:
