@@ -199,8 +199,7 @@ def main(argv=None) -> int:
     out["checks"] = verified
     out["total_s"] = round(time.monotonic() - t_start, 1)
     # the sandbox hosts' processes are outside this process tree: the machine's count, not getrusage's
-    out.update(cpu.since())
-    out["machine_busy_cores"] = round(out["machine_busy_cpu_s"] / out["total_s"], 2) if out["total_s"] else None
+    out.update(cpu.since(out["total_s"]))
     text = json.dumps(out, indent=2, sort_keys=True)
     print(text)
     if args.json:

@@ -40,8 +40,13 @@ class MachineCpu:
         self.hz = os.sysconf("SC_CLK_TCK")
         self.start = read_ticks(path)
 
-    def since(self) -> dict:
+    def since(self, wall_s: float | None = None) -> dict:
+        """The figures since this object was made; with ``wall_s``, the busy cores over that time too."""
         busy, idle = read_ticks(self.path)
-        return {"machine_busy_cpu_s": round((busy - self.start[0]) / self.hz, 1),
-                "machine_idle_cpu_s": round((idle - self.start[1]) / self.hz, 1),
-                "machine_cpus": os.cpu_count()}
+        busy_s = (busy - self.start[0]) / self.hz
+        figures = {"machine_busy_cpu_s": round(busy_s, 1),
+                   "machine_idle_cpu_s": round((idle - self.start[1]) / self.hz, 1),
+                   "machine_cpus": os.cpu_count()}
+        if wall_s:
+            figures["machine_busy_cores"] = round(busy_s / wall_s, 2)
+        return figures

@@ -42,8 +42,10 @@ def test_it_counts_a_process_nobody_waits_for(tmp_path):
         time.sleep(0.05)
     assert done.exists(), "the spinner did not finish its 0.6 CPU seconds in 30 s"
     after = os.times()
-    seen = cpu.since()
+    seen = cpu.since(wall_s=1.0)
     waited_for = (after.children_user + after.children_system) - (before.children_user + before.children_system)
     assert waited_for < 0.3  # the spinner's 0.6 s are not in the children's count
     assert seen["machine_busy_cpu_s"] >= 0.55, seen
     assert seen["machine_cpus"] == os.cpu_count()
+    assert abs(seen["machine_busy_cores"] - seen["machine_busy_cpu_s"] / 1.0) < 0.06, seen  # busy over 1 s of wall
+    assert "machine_busy_cores" not in cpu.since()  # no wall time, no rate
